@@ -1,0 +1,1 @@
+"""Triton kernels of zoo, each beside its plain PyTorch reference."""
