@@ -1,0 +1,347 @@
+"""Triton kernels for gated sliding-window attention (GatedFWA Algorithm 2 and its backward).
+
+Logits ``s_ij = q_i . k_j * scale + u_i - u_j`` for ``i - window < j <= i``; tensors are (B, T, H, D)
+with any strides except a contiguous head dim. All exponentials are base 2: the kernels work on
+``s_ij * log2(e)`` and save the row log-sum-exp in that unit.
+
+Each kernel splits its loop over the other axis into blocks that need the causal/window/length mask
+(the two edges of the band) and blocks fully inside the band, which skip it.
+
+* forward: one program per (query block, batch*head); online softmax over the key blocks that meet
+  the window; writes o and lse.
+* backward: ``delta_i = do_i . o_i``; one kernel per key block accumulates dk, dv and
+  ``du^k_j = -sum_i ds_ij`` over the query blocks that see it; one kernel per query block
+  accumulates dq and ``du^q_i = sum_j ds_ij`` and writes ``du = du^q + du^k``.
+"""
+from __future__ import annotations
+
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+LOG2E = 1.4426950408889634
+INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
+
+
+@triton.jit
+def _band_mask(offs_m, offs_n, T, window):
+    return (offs_n[None, :] <= offs_m[:, None]) & (offs_n[None, :] > offs_m[:, None] - window) & \
+        (offs_m[:, None] < T) & (offs_n[None, :] < T)
+
+
+@triton.jit
+def _logits(q, k_t, u_i, u_j, qk_scale, HAS_GATE: tl.constexpr, PREC: tl.constexpr):
+    """[M, N] base-2 logits from q [M, D], k_t [D, N], u_i [M], u_j [N]."""
+    s = tl.dot(q, k_t, input_precision=PREC) * qk_scale
+    if HAS_GATE:
+        s += (u_i[:, None] - u_j[None, :]) * 1.4426950408889634
+    return s
+
+
+@triton.jit
+def _fwd_keys(acc, m_i, l_i, q, u_i, offs_m, k_base, v_base, u_base, s_kt, s_vt, s_ut, lo, hi, T, window,
+              qk_scale, offs_d, D, BLOCK_N: tl.constexpr, HAS_GATE: tl.constexpr, MASK: tl.constexpr,
+              PREC: tl.constexpr):
+    """Online-softmax update of one query block over key blocks lo..hi."""
+    for start_n in range(lo, hi, BLOCK_N):
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        k_t = tl.load(k_base + offs_n[None, :] * s_kt + offs_d[:, None],
+                      mask=(offs_n[None, :] < T) & (offs_d[:, None] < D), other=0.0)
+        u_j = tl.load(u_base + offs_n * s_ut, mask=offs_n < T, other=0.0) if HAS_GATE else u_i
+        s = _logits(q, k_t, u_i, u_j, qk_scale, HAS_GATE, PREC)
+        if MASK:
+            s = tl.where(_band_mask(offs_m, offs_n, T, window), s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = tl.exp2(m_i - m_safe)
+        p = tl.exp2(s - m_safe[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        v = tl.load(v_base + offs_n[:, None] * s_vt + offs_d[None, :],
+                    mask=(offs_n[:, None] < T) & (offs_d[None, :] < D), other=0.0)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PREC)
+        m_i = m_new
+    return acc, m_i, l_i
+
+
+@triton.jit
+def _attn_fwd(q_ptr, k_ptr, v_ptr, u_ptr, o_ptr, lse_ptr, T, H, window, qk_scale,
+              s_qb, s_qt, s_qh, s_kb, s_kt, s_kh, s_vb, s_vt, s_vh, s_ub, s_ut, s_uh, s_ob, s_ot, s_oh,
+              D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+              HAS_GATE: tl.constexpr, PREC: tl.constexpr):
+    start_m = tl.program_id(0) * BLOCK_M
+    bh = tl.program_id(1)
+    b, h = bh // H, bh % H
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    q_mask = (offs_m[:, None] < T) & (offs_d[None, :] < D)
+    q = tl.load(q_ptr + b * s_qb + h * s_qh + offs_m[:, None] * s_qt + offs_d[None, :], mask=q_mask, other=0.0)
+    u_base = u_ptr + b * s_ub + h * s_uh
+    u_i = tl.load(u_base + offs_m * s_ut, mask=offs_m < T, other=0.0) if HAS_GATE else offs_m.to(tl.float32)
+    k_base = k_ptr + b * s_kb + h * s_kh
+    v_base = v_ptr + b * s_vb + h * s_vh
+    # key blocks [lo, mid) hold the window's left edge, [mid, start_m) are fully visible, [start_m, end) the diagonal
+    lo = (tl.maximum(start_m - window + 1, 0) // BLOCK_N) * BLOCK_N
+    mid = tl.minimum(tl.cdiv(tl.maximum(start_m + BLOCK_M - window, 0), BLOCK_N) * BLOCK_N, start_m)
+    end = tl.minimum(start_m + BLOCK_M, T)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc, m_i, l_i = _fwd_keys(acc, m_i, l_i, q, u_i, offs_m, k_base, v_base, u_base, s_kt, s_vt, s_ut, lo, mid,
+                              T, window, qk_scale, offs_d, D, BLOCK_N, HAS_GATE, True, PREC)
+    acc, m_i, l_i = _fwd_keys(acc, m_i, l_i, q, u_i, offs_m, k_base, v_base, u_base, s_kt, s_vt, s_ut, mid, start_m,
+                              T, window, qk_scale, offs_d, D, BLOCK_N, HAS_GATE, False, PREC)
+    acc, m_i, l_i = _fwd_keys(acc, m_i, l_i, q, u_i, offs_m, k_base, v_base, u_base, s_kt, s_vt, s_ut, start_m, end,
+                              T, window, qk_scale, offs_d, D, BLOCK_N, HAS_GATE, True, PREC)
+    l_safe = tl.where(l_i == 0.0, 1.0, l_i)
+    m_safe = tl.where(m_i == float("-inf"), 0.0, m_i)
+    o = acc / l_safe[:, None]
+    tl.store(o_ptr + b * s_ob + h * s_oh + offs_m[:, None] * s_ot + offs_d[None, :], o.to(o_ptr.dtype.element_ty),
+             mask=q_mask)
+    tl.store(lse_ptr + bh * T + offs_m, m_safe + tl.log2(l_safe), mask=offs_m < T)
+
+
+@triton.jit
+def _bwd_delta(o_ptr, do_ptr, delta_ptr, T, H, s_ob, s_ot, s_oh, s_db, s_dt, s_dh,
+               D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr):
+    """delta[b, h, i] = do_i . o_i in fp32."""
+    start_m = tl.program_id(0) * BLOCK_M
+    bh = tl.program_id(1)
+    b, h = bh // H, bh % H
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    mask = (offs_m[:, None] < T) & (offs_d[None, :] < D)
+    o = tl.load(o_ptr + b * s_ob + h * s_oh + offs_m[:, None] * s_ot + offs_d[None, :], mask=mask, other=0.0)
+    do = tl.load(do_ptr + b * s_db + h * s_dh + offs_m[:, None] * s_dt + offs_d[None, :], mask=mask, other=0.0)
+    tl.store(delta_ptr + bh * T + offs_m, tl.sum(o.to(tl.float32) * do.to(tl.float32), 1), mask=offs_m < T)
+
+
+@triton.jit
+def _dkdv_queries(dk, dv, duk, k, v, u_j, offs_n, q_base, do_base, u_base, lse_base, delta_base, s_qt, s_dt, s_ut,
+                  lo, hi, T, window, qk_scale, offs_d, D, BLOCK_M: tl.constexpr, HAS_GATE: tl.constexpr,
+                  MASK: tl.constexpr, PREC: tl.constexpr):
+    """Accumulate one key block's dk, dv, du^k over query blocks lo..hi, in transposed [N, M] tiles."""
+    for start_m in range(lo, hi, BLOCK_M):
+        offs_m = start_m + tl.arange(0, BLOCK_M)
+        row_mask = offs_m < T
+        qd_mask = row_mask[:, None] & (offs_d[None, :] < D)
+        q = tl.load(q_base + offs_m[:, None] * s_qt + offs_d[None, :], mask=qd_mask, other=0.0)
+        do = tl.load(do_base + offs_m[:, None] * s_dt + offs_d[None, :], mask=qd_mask, other=0.0)
+        lse = tl.load(lse_base + offs_m, mask=row_mask, other=0.0)
+        delta = tl.load(delta_base + offs_m, mask=row_mask, other=0.0)
+        s_t = tl.dot(k, tl.trans(q), input_precision=PREC) * qk_scale
+        if HAS_GATE:
+            u_i = tl.load(u_base + offs_m * s_ut, mask=row_mask, other=0.0)
+            s_t += (u_i[None, :] - u_j[:, None]) * 1.4426950408889634
+        if MASK:
+            s_t = tl.where(tl.trans(_band_mask(offs_m, offs_n, T, window)), s_t, float("-inf"))
+        p_t = tl.exp2(s_t - lse[None, :])
+        dv += tl.dot(p_t.to(do.dtype), do, input_precision=PREC)
+        dp_t = tl.dot(v, tl.trans(do), input_precision=PREC)
+        ds_t = p_t * (dp_t - delta[None, :])
+        dk += tl.dot(ds_t.to(q.dtype), q, input_precision=PREC)
+        if HAS_GATE:
+            duk -= tl.sum(ds_t, 1)
+    return dk, dv, duk
+
+
+@triton.jit
+def _attn_bwd_dkdv(q_ptr, k_ptr, v_ptr, u_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, duk_ptr, T, H, window,
+                   qk_scale, s_qb, s_qt, s_qh, s_kb, s_kt, s_kh, s_vb, s_vt, s_vh, s_ub, s_ut, s_uh,
+                   s_db, s_dt, s_dh, s_gb, s_gt, s_gh,
+                   D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+                   HAS_GATE: tl.constexpr, PREC: tl.constexpr):
+    """One key block: dk, dv (B, T, H, D, strides s_g*) and du^k (B, H, T) over the queries that see it."""
+    start_n = tl.program_id(0) * BLOCK_N
+    bh = tl.program_id(1)
+    b, h = bh // H, bh % H
+    offs_n = start_n + tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, BLOCK_D)
+    kv_mask = (offs_n[:, None] < T) & (offs_d[None, :] < D)
+    k = tl.load(k_ptr + b * s_kb + h * s_kh + offs_n[:, None] * s_kt + offs_d[None, :], mask=kv_mask, other=0.0)
+    v = tl.load(v_ptr + b * s_vb + h * s_vh + offs_n[:, None] * s_vt + offs_d[None, :], mask=kv_mask, other=0.0)
+    u_base = u_ptr + b * s_ub + h * s_uh
+    u_j = tl.load(u_base + offs_n * s_ut, mask=offs_n < T, other=0.0) if HAS_GATE else offs_n.to(tl.float32)
+    q_base = q_ptr + b * s_qb + h * s_qh
+    do_base = do_ptr + b * s_db + h * s_dh
+    # query blocks [start_n, mid) hold the diagonal, [mid, hi) are fully inside the band, [hi, end) its far edge
+    mid = tl.minimum(start_n + BLOCK_N, T)
+    hi = tl.minimum(start_n + BLOCK_N + tl.maximum(window - BLOCK_N, 0) // BLOCK_M * BLOCK_M, T // BLOCK_M * BLOCK_M)
+    hi = tl.maximum(hi, mid)
+    end = tl.minimum(start_n + BLOCK_N + window - 1, T)
+    dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
+    dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
+    duk = tl.zeros([BLOCK_N], dtype=tl.float32)
+    dk, dv, duk = _dkdv_queries(dk, dv, duk, k, v, u_j, offs_n, q_base, do_base, u_base, lse_ptr + bh * T,
+                                delta_ptr + bh * T, s_qt, s_dt, s_ut, start_n, mid, T, window, qk_scale, offs_d, D,
+                                BLOCK_M, HAS_GATE, True, PREC)
+    dk, dv, duk = _dkdv_queries(dk, dv, duk, k, v, u_j, offs_n, q_base, do_base, u_base, lse_ptr + bh * T,
+                                delta_ptr + bh * T, s_qt, s_dt, s_ut, mid, hi, T, window, qk_scale, offs_d, D,
+                                BLOCK_M, HAS_GATE, False, PREC)
+    dk, dv, duk = _dkdv_queries(dk, dv, duk, k, v, u_j, offs_n, q_base, do_base, u_base, lse_ptr + bh * T,
+                                delta_ptr + bh * T, s_qt, s_dt, s_ut, hi, end, T, window, qk_scale, offs_d, D,
+                                BLOCK_M, HAS_GATE, True, PREC)
+    out = b * s_gb + h * s_gh + offs_n[:, None] * s_gt + offs_d[None, :]
+    tl.store(dk_ptr + out, (dk * (qk_scale / 1.4426950408889634)).to(dk_ptr.dtype.element_ty), mask=kv_mask)
+    tl.store(dv_ptr + out, dv.to(dv_ptr.dtype.element_ty), mask=kv_mask)
+    if HAS_GATE:
+        tl.store(duk_ptr + bh * T + offs_n, duk, mask=offs_n < T)
+
+
+@triton.jit
+def _dq_keys(dq, duq, q, do, u_i, lse, delta, offs_m, k_base, v_base, u_base, s_kt, s_vt, s_ut, lo, hi, T, window,
+             qk_scale, offs_d, D, BLOCK_N: tl.constexpr, HAS_GATE: tl.constexpr, MASK: tl.constexpr,
+             PREC: tl.constexpr):
+    """Accumulate one query block's dq and du^q over key blocks lo..hi."""
+    for start_n in range(lo, hi, BLOCK_N):
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        k = tl.load(k_base + offs_n[:, None] * s_kt + offs_d[None, :],
+                    mask=(offs_n[:, None] < T) & (offs_d[None, :] < D), other=0.0)
+        v_t = tl.load(v_base + offs_n[None, :] * s_vt + offs_d[:, None],
+                      mask=(offs_n[None, :] < T) & (offs_d[:, None] < D), other=0.0)
+        u_j = tl.load(u_base + offs_n * s_ut, mask=offs_n < T, other=0.0) if HAS_GATE else u_i
+        s = _logits(q, tl.trans(k), u_i, u_j, qk_scale, HAS_GATE, PREC)
+        if MASK:
+            s = tl.where(_band_mask(offs_m, offs_n, T, window), s, float("-inf"))
+        p = tl.exp2(s - lse[:, None])
+        ds = p * (tl.dot(do, v_t, input_precision=PREC) - delta[:, None])
+        dq += tl.dot(ds.to(k.dtype), k, input_precision=PREC)
+        if HAS_GATE:
+            duq += tl.sum(ds, 1)
+    return dq, duq
+
+
+@triton.jit
+def _attn_bwd_dq(q_ptr, k_ptr, v_ptr, u_ptr, do_ptr, lse_ptr, delta_ptr, duk_ptr, dq_ptr, du_ptr, T, H, window,
+                 qk_scale, s_qb, s_qt, s_qh, s_kb, s_kt, s_kh, s_vb, s_vt, s_vh, s_ub, s_ut, s_uh,
+                 s_db, s_dt, s_dh, s_gb, s_gt, s_gh, s_wb, s_wt, s_wh,
+                 D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+                 HAS_GATE: tl.constexpr, PREC: tl.constexpr):
+    """One query block: dq (strides s_g*) and du = du^q + du^k (B, T, H, strides s_w*)."""
+    start_m = tl.program_id(0) * BLOCK_M
+    bh = tl.program_id(1)
+    b, h = bh // H, bh % H
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    row_mask = offs_m < T
+    q_mask = row_mask[:, None] & (offs_d[None, :] < D)
+    q = tl.load(q_ptr + b * s_qb + h * s_qh + offs_m[:, None] * s_qt + offs_d[None, :], mask=q_mask, other=0.0)
+    do = tl.load(do_ptr + b * s_db + h * s_dh + offs_m[:, None] * s_dt + offs_d[None, :], mask=q_mask, other=0.0)
+    lse = tl.load(lse_ptr + bh * T + offs_m, mask=row_mask, other=0.0)
+    delta = tl.load(delta_ptr + bh * T + offs_m, mask=row_mask, other=0.0)
+    u_base = u_ptr + b * s_ub + h * s_uh
+    u_i = tl.load(u_base + offs_m * s_ut, mask=row_mask, other=0.0) if HAS_GATE else lse
+    k_base = k_ptr + b * s_kb + h * s_kh
+    v_base = v_ptr + b * s_vb + h * s_vh
+    lo = (tl.maximum(start_m - window + 1, 0) // BLOCK_N) * BLOCK_N
+    mid = tl.minimum(tl.cdiv(tl.maximum(start_m + BLOCK_M - window, 0), BLOCK_N) * BLOCK_N, start_m)
+    end = tl.minimum(start_m + BLOCK_M, T)
+    dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    duq = tl.zeros([BLOCK_M], dtype=tl.float32)
+    dq, duq = _dq_keys(dq, duq, q, do, u_i, lse, delta, offs_m, k_base, v_base, u_base, s_kt, s_vt, s_ut, lo, mid,
+                       T, window, qk_scale, offs_d, D, BLOCK_N, HAS_GATE, True, PREC)
+    dq, duq = _dq_keys(dq, duq, q, do, u_i, lse, delta, offs_m, k_base, v_base, u_base, s_kt, s_vt, s_ut, mid,
+                       start_m, T, window, qk_scale, offs_d, D, BLOCK_N, HAS_GATE, False, PREC)
+    dq, duq = _dq_keys(dq, duq, q, do, u_i, lse, delta, offs_m, k_base, v_base, u_base, s_kt, s_vt, s_ut, start_m,
+                       end, T, window, qk_scale, offs_d, D, BLOCK_N, HAS_GATE, True, PREC)
+    tl.store(dq_ptr + b * s_gb + h * s_gh + offs_m[:, None] * s_gt + offs_d[None, :],
+             (dq * (qk_scale / 1.4426950408889634)).to(dq_ptr.dtype.element_ty), mask=q_mask)
+    if HAS_GATE:
+        duk = tl.load(duk_ptr + bh * T + offs_m, mask=row_mask, other=0.0)
+        tl.store(du_ptr + b * s_wb + h * s_wh + offs_m * s_wt, duq + duk, mask=row_mask)
+
+
+def _configs(kind: str, D: int, device: torch.device):
+    """Block sizes (BLOCK_M, BLOCK_N) and launch options per kernel, head dim and GPU generation."""
+    if INTERPRET:
+        return {"fwd": (32, 16), "dkdv": (16, 32), "dq": (32, 16)}[kind], {}
+    major = torch.cuda.get_device_capability(device)[0]
+    big_d = D > 64
+    table = {
+        "fwd": ((128, 64), dict(num_warps=8 if big_d else 4, num_stages=3)),
+        "dkdv": ((32, 128) if not big_d else (32, 64), dict(num_warps=4, num_stages=3 if major >= 9 else 2)),
+        "dq": ((128, 32) if not big_d else (64, 32), dict(num_warps=4, num_stages=3 if major >= 9 else 2)),
+    }
+    return table[kind]
+
+
+def _strides(x):
+    return [x.stride(i) for i in range(x.dim() - 1)]
+
+
+def attention_fwd(q, k, v, u, window: int, scale: float):
+    """o (B, T, H, D) like q and lse (B, H, T) fp32 in log2 units."""
+    B, T, H, D = q.shape
+    o = torch.empty(B, T, H, D, device=q.device, dtype=q.dtype)
+    lse = torch.empty(B, H, T, device=q.device, dtype=torch.float32)
+    (bm, bn), opts = _configs("fwd", D, q.device)
+    gate = q if u is None else u
+    _attn_fwd[(triton.cdiv(T, bm), B * H)](
+        q, k, v, gate, o, lse, T, H, window, scale * LOG2E,
+        *_strides(q), *_strides(k), *_strides(v), *(_strides(u) + [u.stride(2)] if u is not None else [0, 0, 0]),
+        *_strides(o), D=D, BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=max(16, triton.next_power_of_2(D)),
+        HAS_GATE=u is not None, PREC=_precision(q), **opts)
+    return o, lse
+
+
+def attention_bwd(q, k, v, u, o, lse, do, window: int, scale: float):
+    """(dq, dk, dv, du): gradients like q, k, v and du (B, T, H) fp32 (None without a gate)."""
+    B, T, H, D = q.shape
+    block_d = max(16, triton.next_power_of_2(D))
+    delta = torch.empty(B, H, T, device=q.device, dtype=torch.float32)
+    _bwd_delta[(triton.cdiv(T, 64), B * H)](o, do, delta, T, H, *_strides(o), *_strides(do), D=D, BLOCK_M=64,
+                                             BLOCK_D=block_d)
+    dq, dk, dv = (torch.empty(B, T, H, D, device=q.device, dtype=x.dtype) for x in (q, k, v))
+    gate = q if u is None else u
+    u_strides = _strides(u) + [u.stride(2)] if u is not None else [0, 0, 0]
+    duk = torch.empty(B, H, T, device=q.device, dtype=torch.float32) if u is not None else delta
+    du = torch.empty(B, T, H, device=q.device, dtype=torch.float32) if u is not None else None
+    common = dict(BLOCK_D=block_d, D=D, HAS_GATE=u is not None, PREC=_precision(q))
+    (bm, bn), opts = _configs("dkdv", D, q.device)
+    _attn_bwd_dkdv[(triton.cdiv(T, bn), B * H)](
+        q, k, v, gate, do, lse, delta, dk, dv, duk, T, H, window, scale * LOG2E,
+        *_strides(q), *_strides(k), *_strides(v), *u_strides, *_strides(do), *_strides(dk),
+        BLOCK_M=bm, BLOCK_N=bn, **common, **opts)
+    (bm, bn), opts = _configs("dq", D, q.device)
+    _attn_bwd_dq[(triton.cdiv(T, bm), B * H)](
+        q, k, v, gate, do, lse, delta, duk, dq, du if du is not None else delta, T, H, window, scale * LOG2E,
+        *_strides(q), *_strides(k), *_strides(v), *u_strides, *_strides(do), *_strides(dq),
+        *(_strides(du) + [du.stride(2)] if du is not None else [0, 0, 0]),
+        BLOCK_M=bm, BLOCK_N=bn, **common, **opts)
+    return dq, dk, dv, du
+
+
+def _precision(q: torch.Tensor) -> str:
+    """fp32 inputs get exact fp32 products (tf32 would miss the fp32 tolerances)."""
+    return "ieee" if q.dtype == torch.float32 else "tf32"
+
+
+def _head_dim_contiguous(x: torch.Tensor) -> torch.Tensor:
+    return x if x.stride(-1) == 1 else x.contiguous()
+
+
+class GatedWindowAttention(torch.autograd.Function):
+    """Autograd wrapper of the forward and backward kernels; gradients flow to q, k, v and u."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, u, window, scale):
+        q, k, v = (_head_dim_contiguous(x) for x in (q, k, v))
+        if u is not None:
+            u = u.float()
+        o, lse = attention_fwd(q, k, v, u, window, scale)
+        ctx.save_for_backward(q, k, v, u, o, lse)
+        ctx.window, ctx.scale = window, scale
+        return o
+
+    @staticmethod
+    def backward(ctx, do):
+        q, k, v, u, o, lse = ctx.saved_tensors
+        dq, dk, dv, du = attention_bwd(q, k, v, u, o, lse, _head_dim_contiguous(do), ctx.window, ctx.scale)
+        return dq, dk, dv, du, None, None
+
+
+def gated_window_attention_triton(q, k, v, u, window: int, scale: float | None = None):
+    """Triton version of :func:`kernels.gatedfwa.naive.gated_window_attention_ref`."""
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    return GatedWindowAttention.apply(q, k, v, u, window, scale)

@@ -1,0 +1,192 @@
+"""Triton kernels for the GatedFWA preprocessing scan (Algorithm 1) and its reverse-scan backward.
+
+``u_t = -sum_{s<=t} a_s`` with ``a_s = softplus(beta_s * h_s) / (beta_s + eps)`` along the time axis
+of (B, T, H) tensors. The time axis is cut into chunks, one program per (chunk, batch, head block):
+
+* pass 1 (only when there is more than one chunk) sums ``a`` over each chunk;
+* pass 2 adds the totals of the earlier chunks as the carry, then scans its chunk tile by tile
+  (``[BLOCK_T, BLOCK_H]`` tiles, coalesced along the contiguous head axis) and writes ``u``.
+
+``h`` and ``beta`` are read once per pass and ``u`` written once; ``a`` never goes to memory.
+The backward is the same two passes run backwards in time on ``du``, ending in ``dh`` and ``dbeta``.
+"""
+from __future__ import annotations
+
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+TILE_ELEMS = 4096  # elements of one [BLOCK_T, BLOCK_H] tile
+TARGET_PROGRAMS = 512  # enough chunks in flight to fill a GPU's memory pipes
+MIN_CHUNK = 256  # rows per chunk at least, so the carry sums stay short
+
+
+@triton.jit
+def _softplus_and_sigmoid(x):
+    """softplus(x) and sigmoid(x) in fp32 without overflow, accurate for very negative x."""
+    e = tl.exp(-tl.abs(x))  # in (0, 1]
+    log1p_e = tl.where(e < 1e-4, e * (1.0 - 0.5 * e), tl.log(1.0 + e))
+    softplus = tl.maximum(x, 0.0) + log1p_e
+    sigmoid = tl.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
+    return softplus, sigmoid
+
+
+@triton.jit
+def _chunk_totals(h_ptr, beta_ptr, du_ptr, tot_ptr, T, H, eps,
+                  s_hb, s_ht, s_bb, s_bt, s_db, s_dt, s_tb, s_tc,
+                  CHUNK: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr,
+                  FORWARD: tl.constexpr):
+    """tot[b, c, h] = sum over chunk c of a (FORWARD) or of du (backward)."""
+    pid_c, pid_b, pid_h = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    offs_h = pid_h * BLOCK_H + tl.arange(0, BLOCK_H)
+    acc = tl.zeros([BLOCK_T, BLOCK_H], dtype=tl.float32)
+    for t0 in range(pid_c * CHUNK, pid_c * CHUNK + CHUNK, BLOCK_T):
+        offs_t = t0 + tl.arange(0, BLOCK_T)
+        mask = (offs_t[:, None] < T) & (offs_h[None, :] < H)
+        if FORWARD:
+            h = tl.load(h_ptr + pid_b * s_hb + offs_t[:, None] * s_ht + offs_h[None, :], mask=mask, other=0.0)
+            beta = tl.load(beta_ptr + pid_b * s_bb + offs_t[:, None] * s_bt + offs_h[None, :], mask=mask,
+                           other=1.0)
+            softplus, _ = _softplus_and_sigmoid(beta.to(tl.float32) * h.to(tl.float32))
+            acc += tl.where(mask, softplus / (beta.to(tl.float32) + eps), 0.0)
+        else:
+            acc += tl.load(du_ptr + pid_b * s_db + offs_t[:, None] * s_dt + offs_h[None, :], mask=mask, other=0.0)
+    tl.store(tot_ptr + pid_b * s_tb + pid_c * s_tc + offs_h, tl.sum(acc, 0), mask=offs_h < H)
+
+
+@triton.jit
+def _carry(tot_ptr, pid_b, pid_c, n_chunks, offs_h, H, s_tb, s_tc, FORWARD: tl.constexpr,
+           BLOCK_C: tl.constexpr, BLOCK_H: tl.constexpr):
+    """Sum of the chunk totals before chunk pid_c (FORWARD) or after it (backward)."""
+    lo = tl.where(FORWARD, 0, pid_c + 1)
+    hi = tl.where(FORWARD, pid_c, n_chunks)
+    acc = tl.zeros([BLOCK_C, BLOCK_H], dtype=tl.float32)
+    for c0 in range(lo, hi, BLOCK_C):
+        offs_c = c0 + tl.arange(0, BLOCK_C)
+        mask = (offs_c[:, None] < hi) & (offs_h[None, :] < H)
+        acc += tl.load(tot_ptr + pid_b * s_tb + offs_c[:, None] * s_tc + offs_h[None, :], mask=mask, other=0.0)
+    return tl.sum(acc, 0)
+
+
+@triton.jit
+def _scan_fwd(h_ptr, beta_ptr, u_ptr, tot_ptr, T, H, eps, n_chunks,
+              s_hb, s_ht, s_bb, s_bt, s_ub, s_ut, s_tb, s_tc,
+              CHUNK: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_C: tl.constexpr):
+    """u = -(carry + running sum of a) over one chunk."""
+    pid_c, pid_b, pid_h = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    offs_h = pid_h * BLOCK_H + tl.arange(0, BLOCK_H)
+    carry = _carry(tot_ptr, pid_b, pid_c, n_chunks, offs_h, H, s_tb, s_tc, True, BLOCK_C, BLOCK_H)
+    for t0 in range(pid_c * CHUNK, pid_c * CHUNK + CHUNK, BLOCK_T):
+        offs_t = t0 + tl.arange(0, BLOCK_T)
+        mask = (offs_t[:, None] < T) & (offs_h[None, :] < H)
+        h = tl.load(h_ptr + pid_b * s_hb + offs_t[:, None] * s_ht + offs_h[None, :], mask=mask, other=0.0)
+        beta = tl.load(beta_ptr + pid_b * s_bb + offs_t[:, None] * s_bt + offs_h[None, :], mask=mask, other=1.0)
+        softplus, _ = _softplus_and_sigmoid(beta.to(tl.float32) * h.to(tl.float32))
+        a = tl.where(mask, softplus / (beta.to(tl.float32) + eps), 0.0)
+        u = -(carry[None, :] + tl.cumsum(a, 0))
+        tl.store(u_ptr + pid_b * s_ub + offs_t[:, None] * s_ut + offs_h[None, :], u, mask=mask)
+        carry += tl.sum(a, 0)
+
+
+@triton.jit
+def _scan_bwd(h_ptr, beta_ptr, du_ptr, dh_ptr, dbeta_ptr, tot_ptr, T, H, eps, n_chunks,
+              s_hb, s_ht, s_bb, s_bt, s_db, s_dt, s_gb, s_gt, s_tb, s_tc,
+              CHUNK: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_C: tl.constexpr):
+    """da_s = -sum_{t>=s} du_t by a reverse scan, then the chain rule through a = softplus(beta h)/(beta+eps)."""
+    pid_c, pid_b, pid_h = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    offs_h = pid_h * BLOCK_H + tl.arange(0, BLOCK_H)
+    carry = _carry(tot_ptr, pid_b, pid_c, n_chunks, offs_h, H, s_tb, s_tc, False, BLOCK_C, BLOCK_H)
+    n_tiles = CHUNK // BLOCK_T
+    for i in range(n_tiles):
+        offs_t = pid_c * CHUNK + (n_tiles - 1 - i) * BLOCK_T + tl.arange(0, BLOCK_T)
+        mask = (offs_t[:, None] < T) & (offs_h[None, :] < H)
+        du = tl.load(du_ptr + pid_b * s_db + offs_t[:, None] * s_dt + offs_h[None, :], mask=mask, other=0.0)
+        tile_sum = tl.sum(du, 0)
+        da = -(carry[None, :] + tile_sum[None, :] - tl.cumsum(du, 0) + du)
+        carry += tile_sum
+        h = tl.load(h_ptr + pid_b * s_hb + offs_t[:, None] * s_ht + offs_h[None, :], mask=mask, other=0.0)
+        beta = tl.load(beta_ptr + pid_b * s_bb + offs_t[:, None] * s_bt + offs_h[None, :], mask=mask, other=1.0)
+        h32, beta32 = h.to(tl.float32), beta.to(tl.float32)
+        softplus, sigmoid = _softplus_and_sigmoid(beta32 * h32)
+        inv = 1.0 / (beta32 + eps)
+        dh = da * sigmoid * beta32 * inv
+        dbeta = da * (sigmoid * h32 - softplus * inv) * inv
+        tl.store(dh_ptr + pid_b * s_gb + offs_t[:, None] * s_gt + offs_h[None, :], dh.to(h.dtype), mask=mask)
+        tl.store(dbeta_ptr + pid_b * s_gb + offs_t[:, None] * s_gt + offs_h[None, :], dbeta.to(beta.dtype),
+                 mask=mask)
+
+
+def _layout(T: int, B: int, H: int):
+    """Tile and chunk sizes: (BLOCK_T, BLOCK_H, CHUNK, n_chunks)."""
+    block_h = min(triton.next_power_of_2(H), 64)
+    block_t = max(TILE_ELEMS // block_h, 16)
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        block_t = 16  # the interpreter is slow on big tiles; small ones also exercise the carry
+        chunk = 32
+    else:
+        rows = triton.cdiv(T * B * triton.cdiv(H, block_h), TARGET_PROGRAMS)
+        chunk = max(MIN_CHUNK, block_t, triton.next_power_of_2(rows))
+    return block_t, block_h, chunk, triton.cdiv(T, chunk)
+
+
+def _last_dim_contiguous(x: torch.Tensor) -> torch.Tensor:
+    return x if x.stride(-1) == 1 else x.contiguous()
+
+
+def gate_scan_fwd(h: torch.Tensor, beta: torch.Tensor, eps: float) -> torch.Tensor:
+    """u (B, T, H) fp32 from h, beta (B, T, H); see the module docstring."""
+    B, T, H = h.shape
+    block_t, block_h, chunk, n_chunks = _layout(T, B, H)
+    u = torch.empty(B, T, H, device=h.device, dtype=torch.float32)
+    tot = torch.empty(B, n_chunks, H, device=h.device, dtype=torch.float32)
+    grid = (n_chunks, B, triton.cdiv(H, block_h))
+    if n_chunks > 1:
+        _chunk_totals[grid](h, beta, h, tot, T, H, eps, h.stride(0), h.stride(1), beta.stride(0), beta.stride(1),
+                            0, 0, tot.stride(0), tot.stride(1), CHUNK=chunk, BLOCK_T=block_t, BLOCK_H=block_h,
+                            FORWARD=True)
+    _scan_fwd[grid](h, beta, u, tot, T, H, eps, n_chunks, h.stride(0), h.stride(1), beta.stride(0), beta.stride(1),
+                    u.stride(0), u.stride(1), tot.stride(0), tot.stride(1), CHUNK=chunk, BLOCK_T=block_t,
+                    BLOCK_H=block_h, BLOCK_C=16)
+    return u
+
+
+def gate_scan_bwd(h: torch.Tensor, beta: torch.Tensor, du: torch.Tensor, eps: float):
+    """(dh, dbeta), each (B, T, H) in the dtype of h, from the gradient du (B, T, H) of u."""
+    B, T, H = h.shape
+    block_t, block_h, chunk, n_chunks = _layout(T, B, H)
+    dh = torch.empty(B, T, H, device=h.device, dtype=h.dtype)
+    dbeta = torch.empty_like(dh)
+    tot = torch.empty(B, n_chunks, H, device=h.device, dtype=torch.float32)
+    grid = (n_chunks, B, triton.cdiv(H, block_h))
+    if n_chunks > 1:
+        _chunk_totals[grid](h, beta, du, tot, T, H, eps, 0, 0, 0, 0, du.stride(0), du.stride(1),
+                            tot.stride(0), tot.stride(1), CHUNK=chunk, BLOCK_T=block_t, BLOCK_H=block_h,
+                            FORWARD=False)
+    _scan_bwd[grid](h, beta, du, dh, dbeta, tot, T, H, eps, n_chunks, h.stride(0), h.stride(1), beta.stride(0),
+                    beta.stride(1), du.stride(0), du.stride(1), dh.stride(0), dh.stride(1), tot.stride(0),
+                    tot.stride(1), CHUNK=chunk, BLOCK_T=block_t, BLOCK_H=block_h, BLOCK_C=16)
+    return dh, dbeta
+
+
+class GateCumsum(torch.autograd.Function):
+    """Autograd wrapper of the Triton scan; gradients flow to h and beta."""
+
+    @staticmethod
+    def forward(ctx, h, beta, eps):
+        h, beta = _last_dim_contiguous(h), _last_dim_contiguous(beta)
+        ctx.save_for_backward(h, beta)
+        ctx.eps = eps
+        return gate_scan_fwd(h, beta, eps)
+
+    @staticmethod
+    def backward(ctx, du):
+        h, beta = ctx.saved_tensors
+        dh, dbeta = gate_scan_bwd(h, beta, _last_dim_contiguous(du.float()), ctx.eps)
+        return dh, dbeta.to(beta.dtype), None
+
+
+def gate_cumsum_triton(h: torch.Tensor, beta: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """Triton version of :func:`kernels.gatedfwa.naive.gate_cumsum_ref`; u is (B, T, H) fp32."""
+    return GateCumsum.apply(h, beta, eps)
