@@ -1,0 +1,123 @@
+"""Gated sliding-window attention: both backends against a dense float64 statement of the formula."""
+import pytest
+import torch
+
+from kernels.gatedfwa import gate_cumsum, gated_window_attention
+from zoo.errors import ConfigError
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def dense_attention(q, k, v, u, window, scale):
+    """softmax_j(q_i.k_j * scale + u_i - u_j) over i - window < j <= i, with a (T, T) mask."""
+    T = q.shape[1]
+    logits = torch.einsum("bihd,bjhd->bhij", q, k) * scale
+    if u is not None:
+        ut = u.transpose(1, 2)
+        logits = logits + ut[..., :, None] - ut[..., None, :]
+    i, j = torch.arange(T, device=q.device)[:, None], torch.arange(T, device=q.device)[None, :]
+    logits = logits.masked_fill(~((j <= i) & (j > i - window)), float("-inf"))
+    return torch.einsum("bhij,bjhd->bihd", logits.softmax(-1), v)
+
+
+def make(B, T, H, D, gate, decay, dtype=torch.float64):
+    torch.manual_seed(B * 1000 + T * 10 + D)
+    q, k, v = (torch.randn(B, T, H, D, dtype=dtype, device=DEVICE) for _ in range(3))
+    u = None
+    if gate:
+        h = torch.randn(B, T, H, dtype=dtype, device=DEVICE) + decay
+        u = gate_cumsum(h, torch.ones_like(h), backend="torch").to(dtype)
+    return q, k, v, u
+
+
+def grads_of(fn, tensors, grad_out):
+    leaves = [t.detach().clone().requires_grad_() for t in tensors if t is not None]
+    it = iter(leaves)
+    out = fn(*[next(it) if t is not None else None for t in tensors])
+    return [out] + list(torch.autograd.grad(out, leaves, grad_out))
+
+
+CASES = [  # B, T, H, D, window, gate, decay (mean of h: larger decays faster)
+    (1, 50, 2, 16, 8, True, 0.0),
+    (2, 70, 1, 16, 1, True, 0.0),  # window 1: each query sees only itself
+    (1, 45, 2, 32, 100, True, 0.0),  # window beyond T: causal attention
+    (1, 64, 1, 16, 64, False, 0.0),  # no gate: plain sliding window
+    (1, 100, 3, 16, 40, True, 8.0),  # strong decay: u reaches about -800
+    (1, 37, 1, 24, 17, True, 0.0),  # head dim not a power of two
+    (2, 33, 2, 16, 33, True, -3.0),  # weak decay, window == T
+]
+
+
+@pytest.mark.parametrize("B,T,H,D,window,gate,decay", CASES)
+def test_triton_matches_dense_reference(B, T, H, D, window, gate, decay):
+    q, k, v, u = make(B, T, H, D, gate, decay)
+    grad_out = torch.randn_like(q)
+    scale = D ** -0.5
+    ref = grads_of(lambda *x: dense_attention(*x, window, scale), (q, k, v, u), grad_out)
+    ours = grads_of(lambda *x: gated_window_attention(*x, window, backend="triton"),
+                    [t.float() if t is not None else None for t in (q, k, v, u)], grad_out.float())
+    names = ["o", "dq", "dk", "dv", "du"]
+    for name, a, b in zip(names, ours, ref):
+        assert a.isfinite().all(), name
+        torch.testing.assert_close(a.double(), b, atol=1e-4, rtol=1e-3, msg=name)
+
+
+@pytest.mark.parametrize("B,T,H,D,window,gate,decay", CASES[:5])
+def test_torch_backend_matches_dense_reference(B, T, H, D, window, gate, decay):
+    q, k, v, u = make(B, T, H, D, gate, decay)
+    grad_out = torch.randn_like(q)
+    ref = grads_of(lambda *x: dense_attention(*x, window, 0.3), (q, k, v, u), grad_out)
+    ours = grads_of(lambda *x: gated_window_attention(*x, window, scale=0.3, backend="torch"), (q, k, v, u),
+                    grad_out)
+    for a, b in zip(ours, ref):
+        torch.testing.assert_close(a, b)
+
+
+def test_gradients_reach_the_gate_inputs():
+    B, T, H, D, window = 1, 40, 2, 16, 12
+    q, k, v, _ = make(B, T, H, D, False, 0.0, torch.float32)
+    h = torch.randn(B, T, H, device=DEVICE)
+    beta = torch.rand(B, T, H, device=DEVICE) + 0.5
+    grads = {}
+    for backend in ("torch", "triton"):
+        hh, bb = h.clone().requires_grad_(), beta.clone().requires_grad_()
+        o = gated_window_attention(q, k, v, gate_cumsum(hh, bb, backend=backend), window, backend=backend)
+        grads[backend] = torch.autograd.grad(o.square().sum(), (hh, bb))
+    for a, b in zip(grads["triton"], grads["torch"]):
+        assert b.abs().max() > 0
+        torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-3)
+
+
+def test_bad_arguments_are_config_errors():
+    q, k, v, u = make(1, 8, 1, 16, True, 0.0)
+    with pytest.raises(ConfigError, match="window"):
+        gated_window_attention(q, k, v, u, 0)
+    with pytest.raises(ConfigError, match="u.shape"):
+        gated_window_attention(q, k, v, u[:, :4], 4)
+    with pytest.raises(ConfigError, match="backend"):
+        gated_window_attention(q, k, v, u, 4, backend="flex")
+
+
+GPU_CASES = [  # B, T, H, D, window, decay
+    (2, 1000, 4, 64, 256, 0.0),
+    (1, 777, 2, 128, 1, 2.0),
+    (3, 300, 2, 16, 1000, 0.0),
+    (1, 2049, 2, 64, 512, 6.0),
+    (1, 500, 2, 256, 100, 0.0),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("B,T,H,D,window,decay", GPU_CASES)
+@pytest.mark.parametrize("gate", [True, False])
+def test_gpu_matches_float64_reference(B, T, H, D, window, decay, dtype, gate):
+    q, k, v, u = make(B, T, H, D, gate, decay)
+    grad_out = torch.randn_like(q)
+    ref = grads_of(lambda *x: gated_window_attention(*x, window, backend="torch"), (q, k, v, u), grad_out)
+    low = [t.to(dtype) for t in (q, k, v)] + [u.float() if gate else None]
+    ours = grads_of(lambda *x: gated_window_attention(*x, window, backend="triton"), low, grad_out.to(dtype))
+    tol = 1e-4 if dtype == torch.float32 else 2e-2
+    for name, a, b in zip(["o", "dq", "dk", "dv", "du"], ours, ref):
+        err = ((a.double() - b).norm() / b.norm().clamp_min(1e-12)).item()
+        assert err < tol, f"{name}: relative error {err:.2e}"
