@@ -1,0 +1,108 @@
+"""BASED (Arora et al. 2024), Zoology's MQAR variant: layers alternate two mixers.
+
+* even ``layer_idx``: BaseConv, ``out_proj(proj(x) * conv(x))`` with a causal depthwise conv of length
+  ``conv_kernel``;
+* odd ``layer_idx``: causal linear attention with the 2nd-order Taylor feature map
+  ``phi(q).phi(k) = 1 + s + s^2/2``, ``s = q.k / sqrt(feature_dim)``, normalized by the running sum
+  of those weights. GPU: fla's ``parallel_based``; CPU: ``based_attention_ref`` (quadratic, exact).
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from zoo.errors import ConfigError
+from zoo.mixers.fastpath import fast_module
+from zoo.mixers.short_conv import ShortConv
+from zoo.registry import register_mixer
+
+EPS = 1e-6
+
+
+def based_attention_ref(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Normalized causal Taylor linear attention in its quadratic form.
+
+    q, k: (B, L, H, F); v: (B, L, H, Dv) -> (B, L, H, Dv).
+    """
+    s = torch.einsum("blhf,bmhf->bhlm", q.float(), k.float()) * q.shape[-1] ** -0.5
+    a = (1 + s + 0.5 * s * s).tril()
+    o = torch.einsum("bhlm,bmhd->blhd", a, v.float()) / (a.sum(-1).transpose(1, 2)[..., None] + EPS)
+    return o.to(v.dtype)
+
+
+class BaseConv(nn.Module):
+    """Gated short convolution: (B, L, D) -> (B, L, D)."""
+
+    def __init__(self, d_model: int, conv_kernel: int):
+        super().__init__()
+        self.proj = nn.Linear(d_model, d_model)
+        self.conv = ShortConv(d_model, conv_kernel)
+        self.out_proj = nn.Linear(d_model, d_model)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.out_proj(self.proj(x) * self.conv(x))
+
+    def state_numel(self) -> int:
+        return self.conv.state_numel()
+
+
+class TaylorLinearAttention(nn.Module):
+    """q, k: D -> H*F features, v: D -> D split into H heads; (B, L, D) -> (B, L, D)."""
+
+    def __init__(self, d_model: int, feature_dim: int, num_heads: int):
+        super().__init__()
+        self.h, self.f = num_heads, feature_dim
+        self.q_proj = nn.Linear(d_model, num_heads * feature_dim, bias=False)
+        self.k_proj = nn.Linear(d_model, num_heads * feature_dim, bias=False)
+        self.v_proj = nn.Linear(d_model, d_model, bias=False)
+        self.out_proj = nn.Linear(d_model, d_model, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, L, D = x.shape
+        q = self.q_proj(x).view(B, L, self.h, self.f)
+        k = self.k_proj(x).view(B, L, self.h, self.f)
+        v = self.v_proj(x).view(B, L, self.h, D // self.h)
+        fla = fast_module("fla.ops.based", "based on GPU (falls back to the quadratic PyTorch reference)", x)
+        if fla is not None:
+            o = fla.parallel_based(q, k, v, scale=self.f ** -0.5, use_norm=True)
+        else:
+            o = based_attention_ref(q, k, v)
+        return self.out_proj(o.reshape(B, L, D))
+
+    def state_numel(self) -> int:
+        expanded = 1 + self.f + self.f ** 2  # size of the Taylor feature map
+        dv = self.v_proj.out_features // self.h
+        return self.h * expanded * (dv + 1)  # sum phi(k) v^T and the normalizer sum phi(k)
+
+
+@register_mixer("based")
+class Based(nn.Module):
+    """Alternating BaseConv / Taylor linear attention layers: (B, L, D) -> (B, L, D).
+
+    Args:
+        d_model: D.
+        feature_dim: F, query/key feature size per head before the Taylor expansion (16).
+        num_heads: heads of the linear attention (1); must divide D.
+        conv_kernel: length of BaseConv's causal conv (3).
+    """
+
+    def __init__(self, d_model: int, layer_idx: int = 0, max_seq_len: int = 2048, feature_dim: int = 16,
+                 num_heads: int = 1, conv_kernel: int = 3):
+        super().__init__()
+        if feature_dim < 1:
+            raise ConfigError("model.mixer_kwargs.feature_dim", feature_dim, "an integer >= 1 (8 or 16 in Zoology)")
+        if num_heads < 1 or d_model % num_heads:
+            raise ConfigError("model.mixer_kwargs.num_heads", num_heads, f"a divisor of d_model={d_model}")
+        if conv_kernel < 1:
+            raise ConfigError("model.mixer_kwargs.conv_kernel", conv_kernel, "an integer >= 1")
+        if layer_idx % 2 == 0:
+            self.inner = BaseConv(d_model, conv_kernel)
+        else:
+            self.inner = TaylorLinearAttention(d_model, feature_dim, num_heads)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.inner(x)
+
+    def state_size(self, seq_len: int) -> int:
+        """Bytes per sequence: the conv window, or the linear attention's expanded KV state."""
+        return 4 * self.inner.state_numel()

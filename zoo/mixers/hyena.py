@@ -1,0 +1,114 @@
+"""Hyena (Poli et al. 2023), order 2: gated short conv streams around one implicit long convolution.
+
+Per layer: ``in_proj`` D -> 3D, a depthwise causal conv of length ``short_filter_order`` on all three
+streams ``(x0, x1, v)``, then ``y = x0 * (h * (x1 * v))`` where ``h`` is a length-L filter per channel
+produced by a small MLP from sinusoidal positional features and modulated by an exponential decay;
+``*`` with ``h`` is a causal convolution done by FFT with 2L zero padding. Finally ``out_proj``.
+The same code runs on CPU and GPU (the FFT is the fast path).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from zoo.errors import ConfigError
+from zoo.mixers.short_conv import ShortConv
+from zoo.registry import register_mixer
+
+
+def fft_causal_conv(u: torch.Tensor, h: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    """``y[t] = sum_{s<=t} h[t-s] u[s] + bias * u[t]`` per channel, by FFT in float32.
+
+    u: (B, L, D); h: (L, D); bias: (D,) -> (B, L, D) in u's dtype.
+    """
+    L = u.shape[1]
+    n = 2 * L  # zero padding to 2L turns the FFT's circular convolution into a causal linear one
+    uf = torch.fft.rfft(u.float(), n=n, dim=1)
+    hf = torch.fft.rfft(h.float(), n=n, dim=0)
+    y = torch.fft.irfft(uf * hf, n=n, dim=1)[:, :L]
+    return (y + u.float() * bias.float()).to(u.dtype)
+
+
+class Sin(nn.Module):
+    """sin(freq * x) with a learned per-feature frequency (the implicit filter's activation)."""
+
+    def __init__(self, dim: int, freq: float):
+        super().__init__()
+        self.freq = nn.Parameter(torch.full((dim,), freq))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.sin(self.freq * x)
+
+
+class ImplicitFilter(nn.Module):
+    """Positions -> (L, D) long filter: features [t, cos, sin bands] -> MLP with Sin -> decay window.
+
+    Args:
+        d_model: D, one filter per channel.
+        max_seq_len: longest filter that can be produced.
+        emb_dim: positional features (odd: t plus (emb_dim-1)/2 cos/sin pairs).
+        filter_order: MLP width.
+        fast_decay_pct, slow_decay_pct: channel decays span from reaching 1e-2 of the initial value
+            at this fraction of the sequence (fast) to this fraction (slow).
+    """
+
+    def __init__(self, d_model: int, max_seq_len: int, emb_dim: int = 5, filter_order: int = 64,
+                 sin_freq: float = 1.0, fast_decay_pct: float = 0.3, slow_decay_pct: float = 1.5):
+        super().__init__()
+        if emb_dim < 3 or emb_dim % 2 == 0:
+            raise ConfigError("model.mixer_kwargs.emb_dim", emb_dim, "an odd integer >= 3")
+        t = torch.linspace(0, 1, max_seq_len)[:, None]  # (L, 1)
+        bands = (emb_dim - 1) // 2
+        f = torch.linspace(1e-4, bands - 1, bands)[None]
+        angle = 2 * math.pi * f * torch.arange(max_seq_len)[:, None] / max_seq_len
+        self.register_buffer("z", torch.cat([t, torch.cos(angle), torch.sin(angle)], dim=-1), persistent=False)
+        self.register_buffer("t", t, persistent=False)
+        self.mlp = nn.Sequential(nn.Linear(emb_dim, filter_order), Sin(filter_order, sin_freq),
+                                 nn.Linear(filter_order, filter_order), Sin(filter_order, sin_freq),
+                                 nn.Linear(filter_order, d_model, bias=False))
+        max_decay = math.log(1e-2) / fast_decay_pct
+        min_decay = math.log(1e-2) / slow_decay_pct
+        self.register_buffer("deltas", torch.linspace(min_decay, max_decay, d_model).abs(), persistent=False)
+
+    def forward(self, L: int) -> torch.Tensor:
+        """-> (L, D) filter taps."""
+        return self.mlp(self.z[:L]) * torch.exp(-self.t[:L] * self.deltas)
+
+
+@register_mixer("hyena")
+class Hyena(nn.Module):
+    """Order-2 Hyena operator: (B, L, D) -> (B, L, D).
+
+    Args:
+        d_model: D.
+        max_seq_len: longest sequence (sizes the implicit filter).
+        short_filter_order: length of the depthwise causal conv on the three streams (3).
+        filter_order: width of the implicit filter MLP (64).
+        emb_dim: positional features fed to that MLP (5).
+    """
+
+    def __init__(self, d_model: int, layer_idx: int = 0, max_seq_len: int = 2048, short_filter_order: int = 3,
+                 filter_order: int = 64, emb_dim: int = 5):
+        super().__init__()
+        if short_filter_order < 1:
+            raise ConfigError("model.mixer_kwargs.short_filter_order", short_filter_order, "an integer >= 1")
+        if filter_order < 1:
+            raise ConfigError("model.mixer_kwargs.filter_order", filter_order, "an integer >= 1")
+        self.d_model = d_model
+        self.in_proj = nn.Linear(d_model, 3 * d_model)
+        self.short_conv = ShortConv(3 * d_model, short_filter_order)
+        self.filter = ImplicitFilter(d_model, max_seq_len, emb_dim=emb_dim, filter_order=filter_order)
+        self.filter_bias = nn.Parameter(torch.randn(d_model))
+        self.out_proj = nn.Linear(d_model, d_model)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x0, x1, v = self.short_conv(self.in_proj(x)).chunk(3, dim=-1)
+        h = self.filter(x.shape[1])
+        y = fft_causal_conv(x1 * v, h, self.filter_bias)
+        return self.out_proj(x0 * y)
+
+    def state_size(self, seq_len: int) -> int:
+        """Bytes per sequence: the long conv needs its whole input history, plus the short conv's window."""
+        return 4 * (seq_len * self.d_model + self.short_conv.state_numel())

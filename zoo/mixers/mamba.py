@@ -1,0 +1,84 @@
+"""Mamba-1 block (Gu and Dao 2023): expand, causal conv, input-dependent (dt, B, C), selective scan, gate.
+
+    x, z = in_proj(u);  x = silu(conv(x));  dt, B, C = x_proj(x);  dt = softplus(dt_proj(dt) + dt_bias)
+    y = scan(x, dt, A, B, C) + D * x;  out = out_proj(y * silu(z))
+
+GPU: mamba-ssm's fused ``selective_scan_fn`` where its extension imports, else our Triton scan
+(``kernels/selective_scan``); CPU: the PyTorch recurrence.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from kernels.selective_scan.naive import selective_scan_naive
+from zoo.errors import ConfigError
+from zoo.mixers.fastpath import fast_module
+from zoo.mixers.short_conv import ShortConv
+from zoo.registry import register_mixer
+
+
+def scan(u: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor) -> torch.Tensor:
+    """Selective scan, ``selective_scan_naive``'s signature: u, dt: (Bt, L, E); A: (E, N); B, C: (Bt, L, N)."""
+    ssm = fast_module("mamba_ssm.ops.selective_scan_interface", "mamba's fused scan (uses our Triton scan)", u)
+    if ssm is not None:
+        y = ssm.selective_scan_fn(u.transpose(1, 2).contiguous(), dt.transpose(1, 2).contiguous(), A.float(),
+                                  B.transpose(1, 2).contiguous(), C.transpose(1, 2).contiguous())
+        return y.transpose(1, 2)
+    fused = fast_module("kernels.selective_scan.fused_recurrent", "mamba on GPU (falls back to the PyTorch "
+                        "recurrence)", u)
+    return selective_scan_naive(u, dt, A, B, C) if fused is None else fused.selective_scan(u, dt, A, B, C)
+
+
+@register_mixer("mamba")
+class Mamba(nn.Module):
+    """The Mamba-1 block: (B, L, D) -> (B, L, D).
+
+    Args:
+        d_model: D.
+        d_state: N, state size per channel (16; a power of two for the Triton scan).
+        expand: inner width E = expand * D (2).
+        d_conv: causal conv length (4).
+        dt_rank: rank of the dt projection ("auto": ceil(D / 16)).
+    """
+
+    def __init__(self, d_model: int, layer_idx: int = 0, max_seq_len: int = 2048, d_state: int = 16,
+                 expand: int = 2, d_conv: int = 4, dt_rank: int | str = "auto", dt_min: float = 1e-3,
+                 dt_max: float = 0.1):
+        super().__init__()
+        if d_state < 1 or d_state & (d_state - 1):
+            raise ConfigError("model.mixer_kwargs.d_state", d_state, "a power of two")
+        if expand < 1:
+            raise ConfigError("model.mixer_kwargs.expand", expand, "an integer >= 1")
+        if d_conv < 1:
+            raise ConfigError("model.mixer_kwargs.d_conv", d_conv, "an integer >= 1")
+        if dt_rank == "auto":
+            dt_rank = math.ceil(d_model / 16)
+        if not isinstance(dt_rank, int) or dt_rank < 1:
+            raise ConfigError("model.mixer_kwargs.dt_rank", dt_rank, "'auto' or an integer >= 1")
+        E = expand * d_model
+        self.d_inner, self.d_state, self.dt_rank = E, d_state, dt_rank
+        self.in_proj = nn.Linear(d_model, 2 * E, bias=False)
+        self.conv = ShortConv(E, d_conv)
+        self.x_proj = nn.Linear(E, dt_rank + 2 * d_state, bias=False)
+        self.dt_proj = nn.Linear(dt_rank, E, bias=False)
+        dt = torch.exp(torch.rand(E) * (math.log(dt_max) - math.log(dt_min)) + math.log(dt_min))
+        self.dt_bias = nn.Parameter(dt + torch.log(-torch.expm1(-dt)))  # softplus(dt_bias) = dt
+        self.A_log = nn.Parameter(torch.log(torch.arange(1, d_state + 1, dtype=torch.float32)).repeat(E, 1))
+        self.D = nn.Parameter(torch.ones(E))
+        self.out_proj = nn.Linear(E, d_model, bias=False)
+
+    def forward(self, u: torch.Tensor) -> torch.Tensor:
+        x, z = self.in_proj(u).chunk(2, dim=-1)
+        x = F.silu(self.conv(x))
+        dt, B, C = self.x_proj(x).split([self.dt_rank, self.d_state, self.d_state], dim=-1)
+        dt = F.softplus(self.dt_proj(dt).float() + self.dt_bias)
+        y = scan(x, dt, -torch.exp(self.A_log.float()), B, C) + x.float() * self.D
+        return self.out_proj((y * F.silu(z.float())).to(u.dtype))
+
+    def state_size(self, seq_len: int) -> int:
+        """Bytes per sequence: the (E, N) SSM state plus the conv window."""
+        return 4 * (self.d_inner * self.d_state + self.conv.state_numel())
