@@ -1,0 +1,43 @@
+"""GatedFWA: gated sliding-window attention with a cumulative decay bias (arXiv 2512.07782, sec. 3.3).
+
+For x (B, L, D) and H heads of size d:
+    q, k = RMSNorm(x W_q), RMSNorm(x W_k)                    (B, L, H, d), QK-normalized per head
+    h = x W_g + b_g,  beta = 1 + elu(x W_beta)               (B, L, H), W_beta starts at zero (beta = 1)
+    alpha = softplus(beta * h) / (beta + eps),  u = cumsum(-alpha) over time
+    o_i = sum_{i-w < j <= i} softmax_j(q_i.k_j / sqrt(d) + u_i - u_j) v_j
+    y = W_o( RMSNorm_head(o) * silu(x W_z) )
+The decay u_i - u_j <= 0 grows with distance, so old keys fade at a learned, input-dependent rate.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from kernels.gatedfwa import gate_cumsum, gated_window_attention
+from zoo.mixers.attention import SlidingWindowAttention
+from zoo.registry import register_mixer
+
+
+@register_mixer("gatedfwa")
+class GatedFWA(SlidingWindowAttention):
+    """GatedFWA layer. Extra args: ``eps`` of the gate normalisation (beta + eps)."""
+
+    def __init__(self, d_model: int, layer_idx: int = 0, max_seq_len: int = 2048, num_heads: int = 2,
+                 bias: bool = False, window: int | None = None, eps: float = 1e-6):
+        super().__init__(d_model, layer_idx, max_seq_len, num_heads, bias, window)
+        self.eps = eps
+        self.q_norm = nn.RMSNorm(self.head_dim)
+        self.k_norm = nn.RMSNorm(self.head_dim)
+        self.gate = nn.Linear(d_model, num_heads, bias=True)
+        self.beta = nn.Linear(d_model, num_heads, bias=False)
+        self.out_gate = nn.Linear(d_model, d_model, bias=bias)
+        self.o_norm = nn.RMSNorm(self.head_dim)
+        nn.init.zeros_(self.beta.weight)
+
+    def attend(self, q, k, v, x):
+        beta = 1 + F.elu(self.beta(x))
+        u = gate_cumsum(self.gate(x), beta, eps=self.eps)
+        o = gated_window_attention(self.q_norm(q), self.k_norm(k), v, u, self.window)
+        z = self.out_gate(x).view_as(o)
+        return self.o_norm(o) * F.silu(z)

@@ -1,0 +1,170 @@
+"""Train one run config and return its result record; ``python -m zoo.run <yaml> [key=value ...]``.
+
+The record's ``status`` is "completed", "diverged" (non-finite loss) or "failed" (an exception,
+CUDA out of memory included), always with the last validation metrics that were reached.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from zoo.config import make_run_config, max_seq_len, run_id, task_params, to_plain, validate
+
+
+def pick_device() -> torch.device:
+    return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+
+
+def summary_fields(cfg: DictConfig) -> dict:
+    """The columns a leaderboard groups by: task, mixer, N, d_model and the first segment's parameters."""
+    first = task_params(cfg, cfg.task.train[0])
+    return {"task": cfg.task.name, "mixer": cfg.model.mixer, "d_model": cfg.model.d_model,
+            "n_layers": cfg.model.n_layers, "lr": cfg.train.lr, "seq_len": max_seq_len(cfg),
+            "task_params": first, "seed": cfg.seed}
+
+
+def train(cfg: DictConfig, run_dir: Path, device: torch.device | None = None, quiet: bool = False) -> dict:
+    """Train ``cfg`` with Lightning, writing logs under ``run_dir``; return the result record."""
+    import lightning as L
+    from lightning.pytorch.callbacks import EarlyStopping, TQDMProgressBar
+    from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger, WandbLogger
+
+    from zoo.data import DeviceBatches, TaskDataModule
+    from zoo.lit import Diverged, MixerLM
+    from zoo.model import LanguageModel
+
+    device = device or pick_device()
+    record = {"id": run_id(cfg), **summary_fields(cfg), "status": "running", "error": None,
+              "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+              "started": time.time(), "epochs": 0, "history": []}
+    lit = None
+    try:
+        L.seed_everything(cfg.seed, verbose=False)
+        t0 = time.perf_counter()
+        data = TaskDataModule(cfg, device)
+        data.setup()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        record["data_seconds"] = time.perf_counter() - t0
+
+        model = LanguageModel(vocab_size=max(_vocab_sizes(cfg)), d_model=cfg.model.d_model,
+                              n_layers=cfg.model.n_layers, mixer=cfg.model.mixer,
+                              mixer_kwargs=OmegaConf.to_container(cfg.model.mixer_kwargs),
+                              max_seq_len=max_seq_len(cfg), state_mixer=cfg.model.state_mixer,
+                              position_embeddings=cfg.model.position_embeddings)
+        record["params"] = sum(p.numel() for p in model.parameters())
+        record["state_size"] = model.state_size(max_seq_len(cfg))
+        steps = len(DeviceBatches(data.train_segments, cfg.train.batch_size, shuffle=False))
+        lit = MixerLM(cfg, model, [s.name for s in data.test_segments], steps)
+
+        loggers = [CSVLogger(run_dir, name="", version="")]
+        if "tensorboard" in cfg.train.loggers:
+            loggers.append(TensorBoardLogger(run_dir, name="tb", version=""))
+        if "wandb" in cfg.train.loggers:
+            loggers.append(WandbLogger(save_dir=run_dir, name=record["id"], config=to_plain(cfg)))
+        callbacks = []
+        if cfg.train.early_stop_accuracy is not None:
+            callbacks.append(EarlyStopping("val/acc", mode="max", stopping_threshold=cfg.train.early_stop_accuracy,
+                                           patience=cfg.train.max_epochs + 1, check_finite=False))
+        show_bar = cfg.train.progress_bar and not quiet
+        if show_bar:
+            callbacks.append(TQDMProgressBar(refresh_rate=max(1, steps // 20)))
+        precision = cfg.train.precision
+        if precision == "auto":
+            precision = "bf16" if device.type == "cuda" else "fp32"
+        trainer = L.Trainer(
+            accelerator="gpu" if device.type == "cuda" else "cpu", devices=1,
+            precision="bf16-mixed" if precision == "bf16" else "32-true",
+            max_epochs=cfg.train.max_epochs, logger=loggers, callbacks=callbacks,
+            enable_checkpointing=False, enable_progress_bar=show_bar, enable_model_summary=False,
+            num_sanity_val_steps=0, log_every_n_steps=max(1, min(50, steps)),
+            gradient_clip_val=cfg.train.grad_clip, default_root_dir=run_dir,
+        )
+        t1 = time.perf_counter()
+        trainer.fit(lit, datamodule=data)
+        record["train_seconds"] = time.perf_counter() - t1
+        record["status"] = "completed"
+    except Diverged as err:
+        record.update(status="diverged", error=str(err))
+    except Exception as err:  # recorded, never raised: one bad run must not stop a sweep
+        if isinstance(err, torch.cuda.OutOfMemoryError):
+            err_text = f"CUDA out of memory: {str(err).splitlines()[0]}"
+        else:
+            err_text = "".join(traceback.format_exception(err)[-6:])
+        record.update(status="failed", error=err_text)
+    history = lit.history if lit is not None else []
+    record["history"] = history
+    record["epochs"] = len(history)
+    if history:
+        record["final_accuracy"] = history[-1]["val/acc"]
+        best = max(history, key=lambda h: h["val/acc"])
+        record.update(accuracy=best["val/acc"], seq_accuracy=best["val/seq_acc"], best_epoch=best["epoch"],
+                      segment_accuracy={k.split("/", 2)[2]: v for k, v in best.items() if k.startswith("val/acc/")})
+    if record.get("train_seconds") and record["epochs"]:
+        record["seconds_per_epoch"] = record["train_seconds"] / record["epochs"]
+    record["finished"] = time.time()
+    record["wall_seconds"] = record["finished"] - record["started"]
+    return record
+
+
+def _vocab_sizes(cfg: DictConfig):
+    from tasks import get_task
+
+    task_cls = get_task(cfg.task.name)
+    for seg in list(cfg.task.train) + list(cfg.task.test):
+        yield task_cls(**task_params(cfg, seg)).vocab_size
+
+
+def load_config(path: str | None, overrides: list[str]) -> DictConfig:
+    """A run config from a YAML file (or the defaults) plus omegaconf dotlist overrides, validated."""
+    if path and not Path(path).exists():
+        from zoo.errors import ConfigError
+
+        raise ConfigError("config", path, "an existing YAML file")
+    raw = OmegaConf.load(path) if path else OmegaConf.create()
+    try:
+        raw = OmegaConf.merge(raw, OmegaConf.from_dotlist(overrides))
+    except Exception as err:
+        from zoo.errors import ConfigError
+
+        raise ConfigError("overrides", overrides, f"key=value pairs ({err})") from None
+    cfg = make_run_config(raw)
+    validate(cfg)
+    return cfg
+
+
+def main(argv: list[str] | None = None) -> int:
+    from zoo.errors import ConfigError
+    from zoo.results import write_json_atomic
+
+    parser = argparse.ArgumentParser(prog="python -m zoo.run", description=__doc__.splitlines()[0])
+    parser.add_argument("args", nargs="*", metavar="[config.yaml] key=value",
+                        help="a run config YAML (defaults if omitted), then omegaconf dotlist overrides")
+    parser.add_argument("--out", default="outputs/runs", help="folder for the run's logs and result.json")
+    args = parser.parse_args(argv)
+    path = args.args[0] if args.args and "=" not in args.args[0] else None
+    try:
+        cfg = load_config(path, args.args[1:] if path else args.args)
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    run_dir = Path(args.out) / run_id(cfg)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    OmegaConf.save(cfg, run_dir / "config.yaml")
+    record = train(cfg, run_dir)
+    write_json_atomic(run_dir / "result.json", record)
+    print(f"{record['status']}: accuracy {record.get('accuracy', float('nan')):.4f} "
+          f"after {record['epochs']} epochs -> {run_dir}")
+    return 0 if record["status"] == "completed" else 1
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.WARNING)
+    sys.exit(main())
