@@ -1,0 +1,27 @@
+"""BASED's quadratic Taylor attention against the explicit feature map, and its layer alternation."""
+import torch
+
+from zoo.mixers.based import Based, BaseConv, TaylorLinearAttention, based_attention_ref
+
+
+def taylor_features(x):
+    """phi(x) = [1, x / d^(1/4), vec(x x^T) / (sqrt(2) sqrt(d))], so phi(q).phi(k) = 1 + s + s^2/2."""
+    d = x.shape[-1]
+    outer = (x[..., :, None] * x[..., None, :]).flatten(-2)
+    return torch.cat([torch.ones_like(x[..., :1]), x / d ** 0.25, outer / (2 ** 0.5 * d ** 0.5)], dim=-1)
+
+
+def test_reference_matches_running_feature_sums():
+    torch.manual_seed(0)
+    B, L, H, F, V = 2, 9, 2, 4, 3
+    q, k, v = torch.randn(B, L, H, F, dtype=torch.float64), torch.randn(B, L, H, F, dtype=torch.float64), torch.randn(B, L, H, V, dtype=torch.float64)
+    fq, fk = taylor_features(q), taylor_features(k)
+    kv = torch.cumsum(fk[..., :, None] * v[..., None, :], dim=1)  # (B, L, H, F', V)
+    z = torch.cumsum(fk, dim=1)
+    want = torch.einsum("blhf,blhfv->blhv", fq, kv) / (torch.einsum("blhf,blhf->blh", fq, z)[..., None] + 1e-6)
+    torch.testing.assert_close(based_attention_ref(q, k, v), want)
+
+
+def test_layers_alternate_conv_and_attention():
+    assert isinstance(Based(32, layer_idx=0).inner, BaseConv)
+    assert isinstance(Based(32, layer_idx=1).inner, TaylorLinearAttention)

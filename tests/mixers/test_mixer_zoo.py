@@ -1,0 +1,83 @@
+"""Properties every mixer of the zoo must have, on CPU (reference paths), plus GPU fast path vs reference."""
+import copy
+
+import pytest
+import torch
+
+from zoo.errors import ConfigError
+from zoo.model import LanguageModel
+from zoo.registry import check_mixer_kwargs, get_mixer
+
+ZOO = ["hyena", "rwkv", "rwkv7", "mamba", "mamba2", "based"]
+SMALL = {"rwkv7": {"head_dim": 16}, "mamba2": {"headdim": 16, "d_state": 16}}  # for d_model=32
+
+
+def small_model(mixer, d_model=32, seed=0):
+    torch.manual_seed(seed)
+    return LanguageModel(64, d_model, n_layers=2, mixer=mixer, mixer_kwargs=SMALL.get(mixer), max_seq_len=32)
+
+
+@pytest.mark.parametrize("mixer", ZOO)
+def test_causal(mixer):
+    model = small_model(mixer).eval()
+    ids = torch.randint(0, 64, (2, 24))
+    changed = ids.clone()
+    changed[:, 15] = (ids[:, 15] + 1) % 64
+    with torch.no_grad():
+        a, b = model(ids), model(changed)
+    torch.testing.assert_close(a[:, :15], b[:, :15], rtol=1e-5, atol=1e-5)
+    assert not torch.allclose(a[:, 15:], b[:, 15:])
+
+
+@pytest.mark.parametrize("mixer", ZOO)
+def test_gradients_reach_every_mixer_parameter(mixer):
+    model = small_model(mixer)
+    model(torch.randint(0, 64, (2, 12))).square().mean().backward()
+    missing = [n for n, p in model.named_parameters() if ".mixer." in n and (p.grad is None or not p.grad.any())]
+    assert not missing
+
+
+@pytest.mark.parametrize("mixer", ZOO)
+def test_state_size_is_positive_int(mixer):
+    size = small_model(mixer).state_size(32)
+    assert isinstance(size, int) and size > 0
+
+
+@pytest.mark.parametrize("mixer, key, value", [("hyena", "emb_dim", 4), ("mamba", "d_state", 12),
+                                               ("mamba2", "headdim", 48), ("based", "num_heads", 3),
+                                               ("rwkv7", "head_dim", 48)])
+def test_bad_kwarg_names_key_and_value(mixer, key, value):
+    with pytest.raises(ConfigError, match=f"{key}={value}"):
+        get_mixer(mixer)(128, **{key: value})
+
+
+def test_unknown_kwarg_is_rejected():
+    with pytest.raises(ConfigError, match="model.mixer_kwargs.d_state"):
+        check_mixer_kwargs("rwkv", {"d_state": 4})
+
+
+def relative_error(a, b):
+    return float((a.float() - b.float()).norm() / b.float().norm().clamp_min(1e-12))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mixer", ZOO)
+@pytest.mark.parametrize("batch, seq_len", [(2, 64), (3, 100)])
+@pytest.mark.parametrize("autocast", [False, True])
+def test_gpu_fast_path_matches_cpu_reference(mixer, batch, seq_len, autocast):
+    """Same weights on CPU (reference path, float32) and GPU (fast path): outputs and all gradients agree."""
+    torch.manual_seed(0)
+    cpu = LanguageModel(256, 128, n_layers=2, mixer=mixer, max_seq_len=128)
+    gpu = copy.deepcopy(cpu).cuda()
+    ids = torch.randint(0, 256, (batch, seq_len))
+    out_cpu = cpu(ids)
+    with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
+        out_gpu = gpu(ids.cuda())
+    gy = torch.randn_like(out_cpu)
+    out_cpu.backward(gy)
+    out_gpu.float().backward(gy.cuda())
+    tol = 5e-2 if autocast else 5e-3
+    assert relative_error(out_gpu.cpu(), out_cpu) < tol
+    for (name, p_cpu), p_gpu in zip(cpu.named_parameters(), gpu.parameters()):
+        if p_cpu.grad is not None:
+            assert relative_error(p_gpu.grad.cpu(), p_cpu.grad) < 2 * tol, name
