@@ -97,16 +97,21 @@ def make_run_config(raw: dict | DictConfig) -> DictConfig:
                           str(err).splitlines()[0]) from None
 
 
-def validate(cfg: DictConfig) -> None:
-    """Check everything that can be checked before training: names, kwargs, task parameters."""
-    from tasks import get_task
-    from zoo.registry import check_mixer_kwargs
-
+def import_user_modules(cfg: DictConfig) -> None:
+    """Import the modules named in ``imports``, which register the user's own mixers and tasks."""
     for module in cfg.imports:
         try:
             importlib.import_module(module)
         except ImportError as err:
             raise ConfigError("imports", module, f"an importable module ({err})") from None
+
+
+def validate(cfg: DictConfig) -> None:
+    """Check everything that can be checked before training: names, kwargs, task parameters."""
+    from tasks import get_task
+    from zoo.registry import check_mixer_kwargs
+
+    import_user_modules(cfg)
     t = cfg.train
     for key, value, allowed in (("train.precision", t.precision, PRECISIONS),
                                 ("train.decay_params", t.decay_params, DECAY_GROUPS)):
@@ -141,6 +146,23 @@ def validate(cfg: DictConfig) -> None:
                 if name not in accepted:
                     raise ConfigError(f"{key}.{name}", params[name], accepted)
             task_cls(**params)  # the task rejects impossible values itself
+    _check_model_builds(cfg)
+
+
+def _check_model_builds(cfg: DictConfig) -> None:
+    """Construct the model on the meta device (no memory, no compute) so mixers can reject values."""
+    import torch
+
+    from zoo.model import LanguageModel
+
+    try:
+        with torch.device("meta"):
+            LanguageModel.from_config(cfg)
+    except ConfigError:
+        raise
+    except Exception as err:  # a mixer that rejects its arguments with a plain exception
+        kwargs = OmegaConf.to_container(cfg.model.mixer_kwargs)
+        raise ConfigError("model.mixer_kwargs", kwargs, f"arguments {cfg.model.mixer!r} accepts ({err})") from None
 
 
 def task_params(cfg: DictConfig, segment) -> dict:
@@ -150,13 +172,21 @@ def task_params(cfg: DictConfig, segment) -> dict:
     return params
 
 
-def max_seq_len(cfg: DictConfig) -> int:
-    """The longest input over every train and test segment (sizes position tables and filters)."""
+def _segment_tasks(cfg: DictConfig) -> list:
     from tasks import get_task
 
     task_cls = get_task(cfg.task.name)
-    segments = list(cfg.task.train) + list(cfg.task.test)
-    return max(task_cls(**task_params(cfg, s)).seq_len for s in segments)
+    return [task_cls(**task_params(cfg, s)) for s in list(cfg.task.train) + list(cfg.task.test)]
+
+
+def max_seq_len(cfg: DictConfig) -> int:
+    """The longest input over every train and test segment (sizes position tables and filters)."""
+    return max(t.seq_len for t in _segment_tasks(cfg))
+
+
+def vocab_size(cfg: DictConfig) -> int:
+    """The model vocabulary: the largest over every segment."""
+    return max(t.vocab_size for t in _segment_tasks(cfg))
 
 
 def run_id(cfg: DictConfig) -> str:

@@ -42,8 +42,8 @@ def leaderboard(records: list[dict]) -> pd.DataFrame:
 def pivot(board: pd.DataFrame) -> pd.DataFrame:
     """Mixers x (N, d_model) accuracy, with a mean column; best mixer first."""
     table = board.pivot_table(index=["task", "mixer"], columns=["seq_len", "d_model"], values="accuracy")
-    table["mean"] = table.mean(axis=1)
-    return table.sort_values("mean", ascending=False)
+    table[("mean", "")] = table.mean(axis=1)
+    return table.sort_values(("mean", ""), ascending=False)
 
 
 def plot_recall_grid(board: pd.DataFrame, path: Path) -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from zoo.config import make_run_config, max_seq_len, run_id, task_params, to_plain, validate
+from zoo.config import import_user_modules, make_run_config, max_seq_len, run_id, task_params, to_plain, validate
 
 
 def pick_device() -> torch.device:
@@ -46,6 +46,7 @@ def train(cfg: DictConfig, run_dir: Path, device: torch.device | None = None, qu
               "started": time.time(), "epochs": 0, "history": []}
     lit = None
     try:
+        import_user_modules(cfg)
         L.seed_everything(cfg.seed, verbose=False)
         t0 = time.perf_counter()
         data = TaskDataModule(cfg, device)
@@ -54,11 +55,7 @@ def train(cfg: DictConfig, run_dir: Path, device: torch.device | None = None, qu
             torch.cuda.synchronize(device)
         record["data_seconds"] = time.perf_counter() - t0
 
-        model = LanguageModel(vocab_size=max(_vocab_sizes(cfg)), d_model=cfg.model.d_model,
-                              n_layers=cfg.model.n_layers, mixer=cfg.model.mixer,
-                              mixer_kwargs=OmegaConf.to_container(cfg.model.mixer_kwargs),
-                              max_seq_len=max_seq_len(cfg), state_mixer=cfg.model.state_mixer,
-                              position_embeddings=cfg.model.position_embeddings)
+        model = LanguageModel.from_config(cfg)
         record["params"] = sum(p.numel() for p in model.parameters())
         record["state_size"] = model.state_size(max_seq_len(cfg))
         steps = len(DeviceBatches(data.train_segments, cfg.train.batch_size, shuffle=False))
@@ -112,14 +109,6 @@ def train(cfg: DictConfig, run_dir: Path, device: torch.device | None = None, qu
     record["finished"] = time.time()
     record["wall_seconds"] = record["finished"] - record["started"]
     return record
-
-
-def _vocab_sizes(cfg: DictConfig):
-    from tasks import get_task
-
-    task_cls = get_task(cfg.task.name)
-    for seg in list(cfg.task.train) + list(cfg.task.test):
-        yield task_cls(**task_params(cfg, seg)).vocab_size
 
 
 def load_config(path: str | None, overrides: list[str]) -> DictConfig:

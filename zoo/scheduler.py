@@ -108,7 +108,10 @@ def run_sweep(sweep, backend: str = "local", address: str | None = None, runs_pe
 
 
 def _set_postfix(bar, running: int, summary: Summary) -> None:
-    bar.set_postfix(running=running, failed=summary.counts["failed"], diverged=summary.counts["diverged"])
+    state = {"running": running, "failed": summary.counts["failed"], "diverged": summary.counts["diverged"]}
+    if getattr(bar, "zoo_state", None) != state:  # redraw only on change, so logs stay short
+        bar.zoo_state = state
+        bar.set_postfix(state)
 
 
 def _run_local(todo, out, runs_per_gpu, cpu_workers, finish, bar, summary) -> None:

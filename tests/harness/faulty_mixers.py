@@ -1,0 +1,37 @@
+"""Mixers that misbehave on purpose, for the sweep's failure-isolation tests (loaded via `imports`)."""
+import torch
+from torch import nn
+
+from zoo.registry import register_mixer
+
+
+class _Linear(nn.Module):
+    def __init__(self, d_model, layer_idx=0, max_seq_len=0):
+        super().__init__()
+        self.proj = nn.Linear(d_model, d_model)
+
+
+@register_mixer("test_raises")
+class Raises(_Linear):
+    def forward(self, x):
+        raise RuntimeError("this mixer always fails")
+
+
+@register_mixer("test_nan")
+class MakesNaN(_Linear):
+    def forward(self, x):
+        return self.proj(x) * float("nan")
+
+
+@register_mixer("test_oom")
+class RunsOutOfMemory(_Linear):
+    def forward(self, x):
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 80.00 GiB")
+
+
+@register_mixer("test_crash")
+class KillsItsProcess(_Linear):
+    def forward(self, x):
+        import os
+
+        os._exit(17)  # a worker that dies without writing a result (segfault, OOM killer)

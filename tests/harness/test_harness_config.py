@@ -1,0 +1,95 @@
+"""Bad input fails before any training, naming the key, the value and the allowed values."""
+import pytest
+
+from zoo.config import make_run_config, run_id, validate
+from zoo.errors import ConfigError
+from zoo.sweep import load_sweep, main as sweep_main
+
+
+def check(raw, key, *fragments):
+    with pytest.raises(ConfigError) as info:
+        validate(make_run_config(raw))
+    assert info.value.key == key
+    for fragment in fragments:
+        assert fragment in str(info.value)
+
+
+@pytest.mark.parametrize("raw, key, fragments", [
+    ({"model": {"dmodel": 3}}, "model.dmodel", ["d_model", "n_layers"]),
+    ({"model": {"mixer": "nope"}}, "model.mixer", ["'nope'", "softmax", "gatedfwa"]),
+    ({"model": {"mixer": "swa", "mixer_kwargs": {"windw": 4}}}, "model.mixer_kwargs.windw", ["window"]),
+    ({"model": {"mixer": "softmax", "mixer_kwargs": {"num_heads": 3}}}, "model.mixer_kwargs.num_heads", ["divisor"]),
+    ({"train": {"precision": "fp16"}}, "train.precision", ["'fp16'", "bf16"]),
+    ({"train": {"loggers": ["mlflow"]}}, "train.loggers", ["'mlflow'", "tensorboard"]),
+    ({"train": {"lr": -1.0}}, "train.lr", ["-1.0"]),
+    ({"task": {"name": "sudoku"}}, "task.name", ["'sudoku'", "mqar", "s5"]),
+    ({"task": {"params": {"input_seq_len": 63}}}, "task.input_seq_len", ["63"]),
+    ({"task": {"params": {"input_seq_len": 64, "num_kv_pairs": 17}}}, "task.num_kv_pairs", ["17"]),
+    ({"task": {"params": {"vocab_size": 64, "input_seq_len": 64}}}, "task.vocab_size", ["64"]),
+    ({"task": {"params": {"colour": 1}}}, "task.train[0].colour", ["num_kv_pairs"]),
+    ({"task": {"train": [{"input_seq_len": 64}]}}, "task.train[0].num_examples", ["integer"]),
+    ({"task": {"test": []}}, "task.test", ["non-empty"]),
+    ({"imports": ["no_such_module_xyz"]}, "imports", ["no_such_module_xyz"]),
+])
+def test_bad_run_config(raw, key, fragments):
+    check(raw, key, *fragments)
+
+
+def test_wrong_type_names_key():
+    with pytest.raises(ConfigError) as info:
+        make_run_config({"model": {"d_model": "wide"}})
+    assert info.value.key == "model.d_model" and "wide" in str(info.value)
+
+
+def test_run_id_is_stable_and_order_free():
+    a = make_run_config({"model": {"mixer": "swa", "d_model": 32}, "train": {"lr": 1e-3}})
+    b = make_run_config({"train": {"lr": 1e-3}, "model": {"d_model": 32, "mixer": "swa"}})
+    c = make_run_config({"model": {"mixer": "swa", "d_model": 64}, "train": {"lr": 1e-3}})
+    assert run_id(a) == run_id(b) != run_id(c)
+    assert len(run_id(a)) == 12
+
+
+def test_sweep_grid_tied_axes_and_per_mixer_kwargs(write_sweep):
+    path = write_sweep(
+        grid={"model.mixer": ["softmax", "swa"],
+              "shape": [{"task.params.input_seq_len": 16, "task.params.num_kv_pairs": 2, "train.batch_size": 32},
+                        {"task.params.input_seq_len": 32, "task.params.num_kv_pairs": 4, "train.batch_size": 16}],
+              "train.lr": [1e-3, 1e-2]},
+        mixer_kwargs={"swa": {"window": 4}})
+    sweep = load_sweep(path)
+    assert len(sweep.runs) == 8
+    shapes = {(r.cfg.task.params.input_seq_len, r.cfg.task.params.num_kv_pairs, r.cfg.train.batch_size)
+              for r in sweep.runs}
+    assert shapes == {(16, 2, 32), (32, 4, 16)}
+    for r in sweep.runs:
+        assert dict(r.cfg.model.mixer_kwargs) == ({"window": 4} if r.cfg.model.mixer == "swa" else {})
+    pinned = load_sweep(path, ["model.mixer=swa", "train.max_epochs=3"])
+    assert len(pinned.runs) == 4 and {r.cfg.model.mixer for r in pinned.runs} == {"swa"}
+    assert all(r.cfg.train.max_epochs == 3 for r in pinned.runs)
+
+
+@pytest.mark.parametrize("spec, key", [
+    ({"grid": {"model.mixer": ["softmax", "bogus"]}}, "model.mixer"),
+    ({"grid": {"model.d_model": 64}}, "grid.model.d_model"),
+    ({"grid": {"lr": [1e-3]}}, "grid.lr"),
+    ({"grid": {"model.mixer": ["softmax"]}, "outdir": "x"}, "sweep.outdir"),
+    ({"grid": {"model.mixer": ["softmax"]}, "runs_per_gpu": 0}, "sweep.runs_per_gpu"),
+])
+def test_bad_sweep_fails_before_training(write_sweep, spec, key, capsys):
+    grid = spec.pop("grid")
+    path = write_sweep(grid=grid, **spec)
+    with pytest.raises(ConfigError) as info:
+        load_sweep(path)
+    assert info.value.key == key
+    assert sweep_main([str(path)]) == 2
+    assert key in capsys.readouterr().err
+
+
+def test_dry_run_and_list(write_sweep, capsys):
+    path = write_sweep(grid={"model.mixer": ["softmax", "gatedfwa"]})
+    assert sweep_main([str(path), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "2 runs" in out and "model.mixer=gatedfwa" in out and "todo" in out
+    assert sweep_main(["--list"]) == 0
+    out = capsys.readouterr().out
+    assert "gatedfwa" in out and "mqar" in out and "s5" in out

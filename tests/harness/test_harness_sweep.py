@@ -1,0 +1,113 @@
+"""Sweeps: finished runs stay finished, failures are isolated, kills are survived, one owner per folder."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from zoo.results import SweepLock, SweepLocked, latest_records, read_jsonl
+from zoo.scheduler import run_sweep
+from zoo.sweep import load_sweep, main as sweep_main
+
+
+def statuses(out: Path) -> dict:
+    return {r["id"]: r["status"] for r in latest_records(out)}
+
+
+def test_rerun_skips_finished_runs(write_sweep, tmp_path, capsys):
+    path = write_sweep(grid={"model.mixer": ["softmax", "swa"]})
+    assert sweep_main([str(path)]) == 0
+    out = tmp_path / "out"
+    first = {r["id"]: r["started"] for r in read_jsonl(out / "results.jsonl")}
+    assert len(first) == 2 and set(statuses(out).values()) == {"completed"}
+    for run_id in first:
+        run_dir = out / "runs" / run_id
+        assert (run_dir / "config.yaml").exists() and (run_dir / "metrics.csv").exists()
+        assert json.loads((run_dir / "result.json").read_text())["status"] == "completed"
+    assert (out / "leaderboard.csv").exists() and (out / "recall_grid.png").exists()
+    capsys.readouterr()
+    assert sweep_main([str(path)]) == 0
+    assert "2 skipped" in capsys.readouterr().out
+    again = read_jsonl(out / "results.jsonl")
+    assert {r["id"]: r["started"] for r in again} == first and len(again) == 2
+
+
+def test_failures_are_recorded_and_the_sweep_goes_on(write_sweep, tmp_path, faulty_mixers, tiny_base, capsys):
+    base = tiny_base()
+    base["imports"] = [faulty_mixers]
+    path = write_sweep(grid={"model.mixer": ["test_raises", "softmax", "test_nan", "test_oom", "test_crash"]},
+                       base=base)
+    assert sweep_main([str(path)]) == 1  # non-zero: some runs failed
+    out = tmp_path / "out"
+    by_mixer = {r["mixer"]: r for r in latest_records(out)}
+    assert by_mixer["softmax"]["status"] == "completed"
+    assert by_mixer["test_raises"]["status"] == "failed"
+    assert "this mixer always fails" in by_mixer["test_raises"]["error"]
+    assert by_mixer["test_nan"]["status"] == "diverged"
+    assert by_mixer["test_oom"]["status"] == "failed"
+    assert by_mixer["test_oom"]["error"].startswith("CUDA out of memory")
+    assert by_mixer["test_crash"]["status"] == "failed" and "code 17" in by_mixer["test_crash"]["error"]
+    summary = capsys.readouterr().out
+    assert "3 failed" in summary and "1 diverged" in summary and "test_raises" in summary
+
+
+def test_failed_runs_are_retried_and_finished_ones_kept(write_sweep, tmp_path, faulty_mixers, tiny_base):
+    base = tiny_base()
+    base["imports"] = [faulty_mixers]
+    path = write_sweep(grid={"model.mixer": ["softmax", "test_raises"]}, base=base)
+    sweep = load_sweep(path)
+    run_sweep(sweep)
+    run_sweep(sweep)
+    records = read_jsonl(tmp_path / "out" / "results.jsonl")
+    completed = [r for r in records if r["status"] == "completed"]
+    assert len(completed) == 1  # not redone
+    assert [r["status"] for r in records if r["mixer"] == "test_raises"] == ["failed", "failed"]  # retried
+
+
+def test_second_sweep_on_same_folder_is_refused(write_sweep, tmp_path, capsys):
+    path = write_sweep(grid={"model.mixer": ["softmax"]})
+    with SweepLock(tmp_path / "out"):
+        with pytest.raises(SweepLocked):
+            run_sweep(load_sweep(path))
+        assert sweep_main([str(path)]) == 3
+    assert "another sweep" in capsys.readouterr().err
+    assert not (tmp_path / "out" / "results.jsonl").exists()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT])
+def test_killed_sweep_resumes_without_duplicates(write_sweep, tmp_path, sig):
+    path = write_sweep(grid={"model.mixer": ["softmax", "swa", "gatedfwa", "softmax"],
+                             "model.d_model": [16, 24]})  # 6 distinct runs (softmax twice dedups)
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-m", "zoo.sweep", str(path)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": os.getcwd()})
+    deadline = time.time() + 120
+    while len(read_jsonl(out / "results.jsonl")) < 2 and time.time() < deadline:
+        time.sleep(0.2)
+    proc.send_signal(sig)
+    proc.wait(timeout=60)
+    assert proc.returncode == (-signal.SIGKILL if sig == signal.SIGKILL else 130)
+    time.sleep(0.5)  # the worker child dies with its parent
+    before = {r["id"]: r["started"] for r in read_jsonl(out / "results.jsonl")}
+    assert 2 <= len(before) < 6
+    assert sweep_main([str(path)]) == 0
+    records = read_jsonl(out / "results.jsonl")
+    ids = [r["id"] for r in records]
+    assert len(ids) == len(set(ids)) == 6
+    assert all(r["status"] == "completed" for r in records)
+    assert {i: s for i, s in ((r["id"], r["started"]) for r in records) if i in before} == before
+
+
+def test_result_json_written_but_not_logged_is_repaired(write_sweep, tmp_path):
+    """A sweep killed between writing result.json and appending results.jsonl loses nothing."""
+    path = write_sweep(grid={"model.mixer": ["softmax"]})
+    run_sweep(load_sweep(path))
+    out = tmp_path / "out"
+    (out / "results.jsonl").unlink()
+    summary = run_sweep(load_sweep(path))
+    assert summary.counts["skipped (already finished)"] == 1
+    assert len(read_jsonl(out / "results.jsonl")) == 1
