@@ -1,17 +1,20 @@
 """Triton kernels for gated sliding-window attention (GatedFWA Algorithm 2 and its backward).
 
 Logits ``s_ij = q_i . k_j * scale + u_i - u_j`` for ``i - window < j <= i``; tensors are (B, T, H, D)
-with any strides except a contiguous head dim. All exponentials are base 2: the kernels work on
-``s_ij * log2(e)`` and save the row log-sum-exp in that unit.
+with any strides except a contiguous head dim. All exponentials are base 2.
+
+The row term ``u_i`` cancels in the softmax, so the kernels work on ``q_i . k_j * scale - u_j``
+(times log2(e)): the gate costs one vector load per key block and turns the scale multiply into a
+fused multiply-add. For the same reason the gradient through ``u_i``,
+``du^q_i = sum_j ds_ij = sum_j p_ij dp_ij - delta_i``, is exactly zero, and ``du = du^k``.
 
 Each kernel splits its loop over the other axis into blocks that need the causal/window/length mask
 (the two edges of the band) and blocks fully inside the band, which skip it.
 
 * forward: one program per (query block, batch*head); online softmax over the key blocks that meet
-  the window; writes o and lse.
+  the window; writes o and the row log-sum-exp (log2 units, without ``u_i``).
 * backward: ``delta_i = do_i . o_i``; one kernel per key block accumulates dk, dv and
-  ``du^k_j = -sum_i ds_ij`` over the query blocks that see it; one kernel per query block
-  accumulates dq and ``du^q_i = sum_j ds_ij`` and writes ``du = du^q + du^k``.
+  ``du_j = -sum_i ds_ij`` over the query blocks that see it; one kernel per query block accumulates dq.
 """
 from __future__ import annotations
 
@@ -32,16 +35,16 @@ def _band_mask(offs_m, offs_n, T, window):
 
 
 @triton.jit
-def _logits(q, k_t, u_i, u_j, qk_scale, HAS_GATE: tl.constexpr, PREC: tl.constexpr):
-    """[M, N] base-2 logits from q [M, D], k_t [D, N], u_i [M], u_j [N]."""
+def _key_logits(q, k_t, u_base, offs_n, s_ut, T, qk_scale, HAS_GATE: tl.constexpr, PREC: tl.constexpr):
+    """[M, N] base-2 logits q.k * scale - u_j from q [M, D] and k_t [D, N]."""
     s = tl.dot(q, k_t, input_precision=PREC) * qk_scale
     if HAS_GATE:
-        s += (u_i[:, None] - u_j[None, :]) * 1.4426950408889634
+        s -= tl.load(u_base + offs_n * s_ut, mask=offs_n < T, other=0.0)[None, :] * 1.4426950408889634
     return s
 
 
 @triton.jit
-def _fwd_keys(acc, m_i, l_i, q, u_i, offs_m, k_base, v_base, u_base, s_kt, s_vt, s_ut, lo, hi, T, window,
+def _fwd_keys(acc, m_i, l_i, q, offs_m, k_base, v_base, u_base, s_kt, s_vt, s_ut, lo, hi, T, window,
               qk_scale, offs_d, D, BLOCK_N: tl.constexpr, HAS_GATE: tl.constexpr, MASK: tl.constexpr,
               PREC: tl.constexpr):
     """Online-softmax update of one query block over key blocks lo..hi."""
@@ -49,8 +52,7 @@ def _fwd_keys(acc, m_i, l_i, q, u_i, offs_m, k_base, v_base, u_base, s_kt, s_vt,
         offs_n = start_n + tl.arange(0, BLOCK_N)
         k_t = tl.load(k_base + offs_n[None, :] * s_kt + offs_d[:, None],
                       mask=(offs_n[None, :] < T) & (offs_d[:, None] < D), other=0.0)
-        u_j = tl.load(u_base + offs_n * s_ut, mask=offs_n < T, other=0.0) if HAS_GATE else u_i
-        s = _logits(q, k_t, u_i, u_j, qk_scale, HAS_GATE, PREC)
+        s = _key_logits(q, k_t, u_base, offs_n, s_ut, T, qk_scale, HAS_GATE, PREC)
         if MASK:
             s = tl.where(_band_mask(offs_m, offs_n, T, window), s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1))
@@ -78,7 +80,6 @@ def _attn_fwd(q_ptr, k_ptr, v_ptr, u_ptr, o_ptr, lse_ptr, T, H, window, qk_scale
     q_mask = (offs_m[:, None] < T) & (offs_d[None, :] < D)
     q = tl.load(q_ptr + b * s_qb + h * s_qh + offs_m[:, None] * s_qt + offs_d[None, :], mask=q_mask, other=0.0)
     u_base = u_ptr + b * s_ub + h * s_uh
-    u_i = tl.load(u_base + offs_m * s_ut, mask=offs_m < T, other=0.0) if HAS_GATE else offs_m.to(tl.float32)
     k_base = k_ptr + b * s_kb + h * s_kh
     v_base = v_ptr + b * s_vb + h * s_vh
     # key blocks [lo, mid) hold the window's left edge, [mid, start_m) are fully visible, [start_m, end) the diagonal
@@ -88,11 +89,11 @@ def _attn_fwd(q_ptr, k_ptr, v_ptr, u_ptr, o_ptr, lse_ptr, T, H, window, qk_scale
     acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
-    acc, m_i, l_i = _fwd_keys(acc, m_i, l_i, q, u_i, offs_m, k_base, v_base, u_base, s_kt, s_vt, s_ut, lo, mid,
+    acc, m_i, l_i = _fwd_keys(acc, m_i, l_i, q, offs_m, k_base, v_base, u_base, s_kt, s_vt, s_ut, lo, mid,
                               T, window, qk_scale, offs_d, D, BLOCK_N, HAS_GATE, True, PREC)
-    acc, m_i, l_i = _fwd_keys(acc, m_i, l_i, q, u_i, offs_m, k_base, v_base, u_base, s_kt, s_vt, s_ut, mid, start_m,
+    acc, m_i, l_i = _fwd_keys(acc, m_i, l_i, q, offs_m, k_base, v_base, u_base, s_kt, s_vt, s_ut, mid, start_m,
                               T, window, qk_scale, offs_d, D, BLOCK_N, HAS_GATE, False, PREC)
-    acc, m_i, l_i = _fwd_keys(acc, m_i, l_i, q, u_i, offs_m, k_base, v_base, u_base, s_kt, s_vt, s_ut, start_m, end,
+    acc, m_i, l_i = _fwd_keys(acc, m_i, l_i, q, offs_m, k_base, v_base, u_base, s_kt, s_vt, s_ut, start_m, end,
                               T, window, qk_scale, offs_d, D, BLOCK_N, HAS_GATE, True, PREC)
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)
     m_safe = tl.where(m_i == float("-inf"), 0.0, m_i)
@@ -118,10 +119,10 @@ def _bwd_delta(o_ptr, do_ptr, delta_ptr, T, H, s_ob, s_ot, s_oh, s_db, s_dt, s_d
 
 
 @triton.jit
-def _dkdv_queries(dk, dv, duk, k, v, u_j, offs_n, q_base, do_base, u_base, lse_base, delta_base, s_qt, s_dt, s_ut,
+def _dkdv_queries(dk, dv, du, k, v, u_j, offs_n, q_base, do_base, lse_base, delta_base, s_qt, s_dt,
                   lo, hi, T, window, qk_scale, offs_d, D, BLOCK_M: tl.constexpr, HAS_GATE: tl.constexpr,
                   MASK: tl.constexpr, PREC: tl.constexpr):
-    """Accumulate one key block's dk, dv, du^k over query blocks lo..hi, in transposed [N, M] tiles."""
+    """Accumulate one key block's dk, dv, du over query blocks lo..hi, in transposed [N, M] tiles."""
     for start_m in range(lo, hi, BLOCK_M):
         offs_m = start_m + tl.arange(0, BLOCK_M)
         row_mask = offs_m < T
@@ -132,8 +133,7 @@ def _dkdv_queries(dk, dv, duk, k, v, u_j, offs_n, q_base, do_base, u_base, lse_b
         delta = tl.load(delta_base + offs_m, mask=row_mask, other=0.0)
         s_t = tl.dot(k, tl.trans(q), input_precision=PREC) * qk_scale
         if HAS_GATE:
-            u_i = tl.load(u_base + offs_m * s_ut, mask=row_mask, other=0.0)
-            s_t += (u_i[None, :] - u_j[:, None]) * 1.4426950408889634
+            s_t -= u_j[:, None]
         if MASK:
             s_t = tl.where(tl.trans(_band_mask(offs_m, offs_n, T, window)), s_t, float("-inf"))
         p_t = tl.exp2(s_t - lse[None, :])
@@ -142,17 +142,17 @@ def _dkdv_queries(dk, dv, duk, k, v, u_j, offs_n, q_base, do_base, u_base, lse_b
         ds_t = p_t * (dp_t - delta[None, :])
         dk += tl.dot(ds_t.to(q.dtype), q, input_precision=PREC)
         if HAS_GATE:
-            duk -= tl.sum(ds_t, 1)
-    return dk, dv, duk
+            du -= tl.sum(ds_t, 1)
+    return dk, dv, du
 
 
 @triton.jit
-def _attn_bwd_dkdv(q_ptr, k_ptr, v_ptr, u_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, duk_ptr, T, H, window,
+def _attn_bwd_dkdv(q_ptr, k_ptr, v_ptr, u_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, du_ptr, T, H, window,
                    qk_scale, s_qb, s_qt, s_qh, s_kb, s_kt, s_kh, s_vb, s_vt, s_vh, s_ub, s_ut, s_uh,
-                   s_db, s_dt, s_dh, s_gb, s_gt, s_gh,
+                   s_db, s_dt, s_dh, s_gb, s_gt, s_gh, s_wb, s_wt, s_wh,
                    D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
                    HAS_GATE: tl.constexpr, PREC: tl.constexpr):
-    """One key block: dk, dv (B, T, H, D, strides s_g*) and du^k (B, H, T) over the queries that see it."""
+    """One key block: dk, dv (strides s_g*) and du (B, T, H, strides s_w*) over the queries that see it."""
     start_n = tl.program_id(0) * BLOCK_N
     bh = tl.program_id(1)
     b, h = bh // H, bh % H
@@ -161,8 +161,7 @@ def _attn_bwd_dkdv(q_ptr, k_ptr, v_ptr, u_ptr, do_ptr, lse_ptr, delta_ptr, dk_pt
     kv_mask = (offs_n[:, None] < T) & (offs_d[None, :] < D)
     k = tl.load(k_ptr + b * s_kb + h * s_kh + offs_n[:, None] * s_kt + offs_d[None, :], mask=kv_mask, other=0.0)
     v = tl.load(v_ptr + b * s_vb + h * s_vh + offs_n[:, None] * s_vt + offs_d[None, :], mask=kv_mask, other=0.0)
-    u_base = u_ptr + b * s_ub + h * s_uh
-    u_j = tl.load(u_base + offs_n * s_ut, mask=offs_n < T, other=0.0) if HAS_GATE else offs_n.to(tl.float32)
+    u_j = tl.load(u_ptr + b * s_ub + h * s_uh + offs_n * s_ut, mask=offs_n < T, other=0.0) * 1.4426950408889634
     q_base = q_ptr + b * s_qb + h * s_qh
     do_base = do_ptr + b * s_db + h * s_dh
     # query blocks [start_n, mid) hold the diagonal, [mid, hi) are fully inside the band, [hi, end) its far edge
@@ -172,53 +171,48 @@ def _attn_bwd_dkdv(q_ptr, k_ptr, v_ptr, u_ptr, do_ptr, lse_ptr, delta_ptr, dk_pt
     end = tl.minimum(start_n + BLOCK_N + window - 1, T)
     dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
-    duk = tl.zeros([BLOCK_N], dtype=tl.float32)
-    dk, dv, duk = _dkdv_queries(dk, dv, duk, k, v, u_j, offs_n, q_base, do_base, u_base, lse_ptr + bh * T,
-                                delta_ptr + bh * T, s_qt, s_dt, s_ut, start_n, mid, T, window, qk_scale, offs_d, D,
-                                BLOCK_M, HAS_GATE, True, PREC)
-    dk, dv, duk = _dkdv_queries(dk, dv, duk, k, v, u_j, offs_n, q_base, do_base, u_base, lse_ptr + bh * T,
-                                delta_ptr + bh * T, s_qt, s_dt, s_ut, mid, hi, T, window, qk_scale, offs_d, D,
-                                BLOCK_M, HAS_GATE, False, PREC)
-    dk, dv, duk = _dkdv_queries(dk, dv, duk, k, v, u_j, offs_n, q_base, do_base, u_base, lse_ptr + bh * T,
-                                delta_ptr + bh * T, s_qt, s_dt, s_ut, hi, end, T, window, qk_scale, offs_d, D,
-                                BLOCK_M, HAS_GATE, True, PREC)
+    du = tl.zeros([BLOCK_N], dtype=tl.float32)
+    lse_base, delta_base = lse_ptr + bh * T, delta_ptr + bh * T
+    dk, dv, du = _dkdv_queries(dk, dv, du, k, v, u_j, offs_n, q_base, do_base, lse_base, delta_base, s_qt, s_dt,
+                               start_n, mid, T, window, qk_scale, offs_d, D, BLOCK_M, HAS_GATE, True, PREC)
+    dk, dv, du = _dkdv_queries(dk, dv, du, k, v, u_j, offs_n, q_base, do_base, lse_base, delta_base, s_qt, s_dt,
+                               mid, hi, T, window, qk_scale, offs_d, D, BLOCK_M, HAS_GATE, False, PREC)
+    dk, dv, du = _dkdv_queries(dk, dv, du, k, v, u_j, offs_n, q_base, do_base, lse_base, delta_base, s_qt, s_dt,
+                               hi, end, T, window, qk_scale, offs_d, D, BLOCK_M, HAS_GATE, True, PREC)
     out = b * s_gb + h * s_gh + offs_n[:, None] * s_gt + offs_d[None, :]
     tl.store(dk_ptr + out, (dk * (qk_scale / 1.4426950408889634)).to(dk_ptr.dtype.element_ty), mask=kv_mask)
     tl.store(dv_ptr + out, dv.to(dv_ptr.dtype.element_ty), mask=kv_mask)
     if HAS_GATE:
-        tl.store(duk_ptr + bh * T + offs_n, duk, mask=offs_n < T)
+        tl.store(du_ptr + b * s_wb + h * s_wh + offs_n * s_wt, du, mask=offs_n < T)
 
 
 @triton.jit
-def _dq_keys(dq, duq, q, do, u_i, lse, delta, offs_m, k_base, v_base, u_base, s_kt, s_vt, s_ut, lo, hi, T, window,
+def _dq_keys(dq, q, do, lse, delta, offs_m, k_base, v_base, u_base, s_kt, s_vt, s_ut, lo, hi, T, window,
              qk_scale, offs_d, D, BLOCK_N: tl.constexpr, HAS_GATE: tl.constexpr, MASK: tl.constexpr,
              PREC: tl.constexpr):
-    """Accumulate one query block's dq and du^q over key blocks lo..hi."""
+    """Accumulate one query block's dq over key blocks lo..hi."""
     for start_n in range(lo, hi, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
         k = tl.load(k_base + offs_n[:, None] * s_kt + offs_d[None, :],
                     mask=(offs_n[:, None] < T) & (offs_d[None, :] < D), other=0.0)
         v_t = tl.load(v_base + offs_n[None, :] * s_vt + offs_d[:, None],
                       mask=(offs_n[None, :] < T) & (offs_d[:, None] < D), other=0.0)
-        u_j = tl.load(u_base + offs_n * s_ut, mask=offs_n < T, other=0.0) if HAS_GATE else u_i
-        s = _logits(q, tl.trans(k), u_i, u_j, qk_scale, HAS_GATE, PREC)
+        s = _key_logits(q, tl.trans(k), u_base, offs_n, s_ut, T, qk_scale, HAS_GATE, PREC)
         if MASK:
             s = tl.where(_band_mask(offs_m, offs_n, T, window), s, float("-inf"))
         p = tl.exp2(s - lse[:, None])
         ds = p * (tl.dot(do, v_t, input_precision=PREC) - delta[:, None])
         dq += tl.dot(ds.to(k.dtype), k, input_precision=PREC)
-        if HAS_GATE:
-            duq += tl.sum(ds, 1)
-    return dq, duq
+    return dq
 
 
 @triton.jit
-def _attn_bwd_dq(q_ptr, k_ptr, v_ptr, u_ptr, do_ptr, lse_ptr, delta_ptr, duk_ptr, dq_ptr, du_ptr, T, H, window,
+def _attn_bwd_dq(q_ptr, k_ptr, v_ptr, u_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr, T, H, window,
                  qk_scale, s_qb, s_qt, s_qh, s_kb, s_kt, s_kh, s_vb, s_vt, s_vh, s_ub, s_ut, s_uh,
-                 s_db, s_dt, s_dh, s_gb, s_gt, s_gh, s_wb, s_wt, s_wh,
+                 s_db, s_dt, s_dh, s_gb, s_gt, s_gh,
                  D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
                  HAS_GATE: tl.constexpr, PREC: tl.constexpr):
-    """One query block: dq (strides s_g*) and du = du^q + du^k (B, T, H, strides s_w*)."""
+    """One query block: dq (strides s_g*)."""
     start_m = tl.program_id(0) * BLOCK_M
     bh = tl.program_id(1)
     b, h = bh // H, bh % H
@@ -231,25 +225,20 @@ def _attn_bwd_dq(q_ptr, k_ptr, v_ptr, u_ptr, do_ptr, lse_ptr, delta_ptr, duk_ptr
     lse = tl.load(lse_ptr + bh * T + offs_m, mask=row_mask, other=0.0)
     delta = tl.load(delta_ptr + bh * T + offs_m, mask=row_mask, other=0.0)
     u_base = u_ptr + b * s_ub + h * s_uh
-    u_i = tl.load(u_base + offs_m * s_ut, mask=row_mask, other=0.0) if HAS_GATE else lse
     k_base = k_ptr + b * s_kb + h * s_kh
     v_base = v_ptr + b * s_vb + h * s_vh
     lo = (tl.maximum(start_m - window + 1, 0) // BLOCK_N) * BLOCK_N
     mid = tl.minimum(tl.cdiv(tl.maximum(start_m + BLOCK_M - window, 0), BLOCK_N) * BLOCK_N, start_m)
     end = tl.minimum(start_m + BLOCK_M, T)
     dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
-    duq = tl.zeros([BLOCK_M], dtype=tl.float32)
-    dq, duq = _dq_keys(dq, duq, q, do, u_i, lse, delta, offs_m, k_base, v_base, u_base, s_kt, s_vt, s_ut, lo, mid,
-                       T, window, qk_scale, offs_d, D, BLOCK_N, HAS_GATE, True, PREC)
-    dq, duq = _dq_keys(dq, duq, q, do, u_i, lse, delta, offs_m, k_base, v_base, u_base, s_kt, s_vt, s_ut, mid,
-                       start_m, T, window, qk_scale, offs_d, D, BLOCK_N, HAS_GATE, False, PREC)
-    dq, duq = _dq_keys(dq, duq, q, do, u_i, lse, delta, offs_m, k_base, v_base, u_base, s_kt, s_vt, s_ut, start_m,
-                       end, T, window, qk_scale, offs_d, D, BLOCK_N, HAS_GATE, True, PREC)
+    dq = _dq_keys(dq, q, do, lse, delta, offs_m, k_base, v_base, u_base, s_kt, s_vt, s_ut, lo, mid,
+                  T, window, qk_scale, offs_d, D, BLOCK_N, HAS_GATE, True, PREC)
+    dq = _dq_keys(dq, q, do, lse, delta, offs_m, k_base, v_base, u_base, s_kt, s_vt, s_ut, mid,
+                  start_m, T, window, qk_scale, offs_d, D, BLOCK_N, HAS_GATE, False, PREC)
+    dq = _dq_keys(dq, q, do, lse, delta, offs_m, k_base, v_base, u_base, s_kt, s_vt, s_ut, start_m,
+                  end, T, window, qk_scale, offs_d, D, BLOCK_N, HAS_GATE, True, PREC)
     tl.store(dq_ptr + b * s_gb + h * s_gh + offs_m[:, None] * s_gt + offs_d[None, :],
              (dq * (qk_scale / 1.4426950408889634)).to(dq_ptr.dtype.element_ty), mask=q_mask)
-    if HAS_GATE:
-        duk = tl.load(duk_ptr + bh * T + offs_m, mask=row_mask, other=0.0)
-        tl.store(du_ptr + b * s_wb + h * s_wh + offs_m * s_wt, duq + duk, mask=row_mask)
 
 
 def _configs(kind: str, D: int, device: torch.device):
@@ -257,12 +246,15 @@ def _configs(kind: str, D: int, device: torch.device):
     if INTERPRET:
         return {"fwd": (32, 16), "dkdv": (16, 32), "dq": (32, 16)}[kind], {}
     major = torch.cuda.get_device_capability(device)[0]
-    big_d = D > 64
-    table = {
-        "fwd": ((128, 64), dict(num_warps=8 if big_d else 4, num_stages=3)),
-        "dkdv": ((32, 128) if not big_d else (32, 64), dict(num_warps=4, num_stages=3 if major >= 9 else 2)),
-        "dq": ((128, 32) if not big_d else (64, 32), dict(num_warps=4, num_stages=3 if major >= 9 else 2)),
-    }
+    stages = 3 if major >= 9 else 2
+    if D > 128:  # 256-wide tiles: small blocks keep registers and shared memory in bounds
+        table = {"fwd": ((32, 32), dict(num_warps=4, num_stages=1)),
+                 "dkdv": ((16, 32), dict(num_warps=4, num_stages=1)),
+                 "dq": ((32, 16), dict(num_warps=4, num_stages=1))}
+    else:  # measured on an H200 (NOTES.md): 64-row query blocks beat 128 for windowed work
+        table = {"fwd": ((64, 32), dict(num_warps=4, num_stages=stages - 1)),
+                 "dkdv": ((64, 64), dict(num_warps=4, num_stages=stages)),
+                 "dq": ((64, 32), dict(num_warps=4, num_stages=stages))}
     return table[kind]
 
 
@@ -295,19 +287,18 @@ def attention_bwd(q, k, v, u, o, lse, do, window: int, scale: float):
     dq, dk, dv = (torch.empty(B, T, H, D, device=q.device, dtype=x.dtype) for x in (q, k, v))
     gate = q if u is None else u
     u_strides = _strides(u) + [u.stride(2)] if u is not None else [0, 0, 0]
-    duk = torch.empty(B, H, T, device=q.device, dtype=torch.float32) if u is not None else delta
     du = torch.empty(B, T, H, device=q.device, dtype=torch.float32) if u is not None else None
     common = dict(BLOCK_D=block_d, D=D, HAS_GATE=u is not None, PREC=_precision(q))
     (bm, bn), opts = _configs("dkdv", D, q.device)
     _attn_bwd_dkdv[(triton.cdiv(T, bn), B * H)](
-        q, k, v, gate, do, lse, delta, dk, dv, duk, T, H, window, scale * LOG2E,
+        q, k, v, gate, do, lse, delta, dk, dv, du if du is not None else delta, T, H, window, scale * LOG2E,
         *_strides(q), *_strides(k), *_strides(v), *u_strides, *_strides(do), *_strides(dk),
+        *(_strides(du) + [du.stride(2)] if du is not None else [0, 0, 0]),
         BLOCK_M=bm, BLOCK_N=bn, **common, **opts)
     (bm, bn), opts = _configs("dq", D, q.device)
     _attn_bwd_dq[(triton.cdiv(T, bm), B * H)](
-        q, k, v, gate, do, lse, delta, duk, dq, du if du is not None else delta, T, H, window, scale * LOG2E,
+        q, k, v, gate, do, lse, delta, dq, T, H, window, scale * LOG2E,
         *_strides(q), *_strides(k), *_strides(v), *u_strides, *_strides(do), *_strides(dq),
-        *(_strides(du) + [du.stride(2)] if du is not None else [0, 0, 0]),
         BLOCK_M=bm, BLOCK_N=bn, **common, **opts)
     return dq, dk, dv, du
 

@@ -1,0 +1,152 @@
+"""``python -m kernels.bench``: GatedFWA kernels against the strongest peers, timed in one process.
+
+Rows per attention shape (forward and forward+backward, ms and TFLOP/s of the windowed work):
+ours; ours with the gate off; FlexAttention (``torch.compile``d, score_mod adding ``u_i - u_j``,
+sliding-window block mask); flash-linear-attention ``parallel_attn(g=-alpha, window_size=w)``;
+SDPA full causal attention without gate (a speed reference). Then the preprocessing scan against
+eager and compiled PyTorch, in GB/s next to a device-to-device copy.
+
+    python -m kernels.bench --shapes 1,16,65536,64,512 256,2,512,64,256 --dtype bf16
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+
+import torch
+import torch.nn.functional as F
+
+from kernels.gatedfwa import gate_cumsum, gated_window_attention
+from kernels.gatedfwa.naive import gate_cumsum_ref
+
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+
+
+def timed(fn, grads=()):
+    """Median milliseconds of fn() on the GPU (triton's do_bench), clearing grads between calls."""
+    from triton.testing import do_bench
+    return do_bench(fn, warmup=50, rep=200, grad_to_none=list(grads))
+
+
+def band_pairs(T: int, window: int) -> int:
+    """Number of (query, key) pairs inside the causal window."""
+    w = min(window, T)
+    return w * (w + 1) // 2 + (T - w) * w
+
+
+def attention_rows(B, H, T, D, window, dtype):
+    """{name: (fwd ms, fwd+bwd ms)} for one shape; a peer that cannot run gets its reason instead."""
+    dev = "cuda"
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(B, T, H, D, device=dev, dtype=dtype, requires_grad=True) for _ in range(3))
+    h = torch.randn(B, T, H, device=dev)
+    beta = torch.rand(B, T, H, device=dev) + 0.5
+    alpha = (F.softplus(beta * h) / beta).requires_grad_()
+    u = gate_cumsum(h, beta).detach().requires_grad_()
+    do = torch.randn_like(q)
+
+    def pair(fwd, leaves, grad_out):
+        def fwd_bwd():
+            fwd().backward(grad_out)
+        return timed(fwd), timed(fwd_bwd, leaves)
+
+    rows = {}
+    rows["ours"] = pair(lambda: gated_window_attention(q, k, v, u, window), (q, k, v, u), do)
+    rows["ours, gate off"] = pair(lambda: gated_window_attention(q, k, v, None, window), (q, k, v), do)
+
+    qt, kt, vt = (x.detach().transpose(1, 2).contiguous().requires_grad_() for x in (q, k, v))
+    do_t = do.transpose(1, 2).contiguous()
+    ut = u.detach().transpose(1, 2).contiguous().requires_grad_()
+
+    def sdpa_fwd():
+        return F.scaled_dot_product_attention(qt, kt, vt, is_causal=True)
+
+    try:
+        from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+        def in_window(b, hh, qi, kj):
+            return (kj <= qi) & (qi - kj < window)
+
+        block_mask = create_block_mask(in_window, None, None, T, T, device=dev)
+
+        @torch.compile
+        def flex_gated(q_, k_, v_, u_):
+            u_keys = u_.clone()  # flex cannot differentiate one tensor indexed twice in a score_mod
+
+            def gate_bias(score, b, hh, qi, kj):
+                return score + u_[b, hh, qi] - u_keys[b, hh, kj]
+            return flex_attention(q_, k_, v_, score_mod=gate_bias, block_mask=block_mask)
+
+        def flex_fwd():
+            return flex_gated(qt, kt, vt, ut)
+        rows["FlexAttention"] = pair(flex_fwd, (qt, kt, vt, ut), do_t)
+    except Exception as err:  # a peer failing must not hide the other rows
+        rows["FlexAttention"] = f"failed: {type(err).__name__}: {str(err)[:80]}"
+
+    try:
+        fla_attn = importlib.import_module("fla.ops.attn")
+        rows["fla parallel_attn"] = pair(lambda: fla_attn.parallel_attn(q, k, v, g=-alpha, window_size=window),
+                                         (q, k, v, alpha), do)
+    except ImportError as err:
+        rows["fla parallel_attn"] = f"skipped: flash-linear-attention not installed ({err})"
+    rows["SDPA causal, full, no gate"] = pair(sdpa_fwd, (qt, kt, vt), do_t)
+    return rows
+
+
+def scan_rows(T, H, dtype=torch.float32):
+    """{name: (ms, GB/s)} of the preprocessing forward on (1, T, H), next to a device copy."""
+    h = torch.randn(1, T, H, device="cuda", dtype=dtype)
+    beta = torch.rand(1, T, H, device="cuda", dtype=dtype) + 0.5
+    moved = 2 * h.numel() * h.element_size() + h.numel() * 4
+    compiled = torch.compile(gate_cumsum_ref)
+    rows = {}
+    for name, fn in [("ours (Triton)", lambda: gate_cumsum(h, beta)),
+                     ("eager PyTorch", lambda: gate_cumsum_ref(h, beta)),
+                     ("torch.compile", lambda: compiled(h, beta))]:
+        ms = timed(fn)
+        rows[name] = (ms, moved / ms / 1e6)
+    hg, bg = h.clone().requires_grad_(), beta.clone().requires_grad_()
+    uu = gate_cumsum(hg, bg)
+    du = torch.randn_like(uu)
+    ms = timed(lambda: torch.autograd.grad(uu, (hg, bg), du, retain_graph=True))
+    rows["ours backward (reads h, beta, du; writes dh, dbeta)"] = (ms, (2 * moved + h.numel() * 4) / ms / 1e6)
+    src = torch.empty(moved // 8, device="cuda", dtype=torch.float32)
+    dst = torch.empty_like(src)
+    ms = timed(lambda: dst.copy_(src))
+    rows["device copy (same bytes)"] = (ms, 2 * src.numel() * 4 / ms / 1e6)
+    return rows
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--shapes", nargs="*", default=["1,16,65536,64,512", "256,2,512,64,256"],
+                        help="attention shapes B,H,T,D,window")
+    parser.add_argument("--dtype", choices=sorted(DTYPES), default="bf16")
+    parser.add_argument("--scan", default="65536,64", help="preprocessing shape T,H (empty to skip)")
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        raise SystemExit("kernels.bench needs a CUDA GPU")
+    print(f"GPU: {torch.cuda.get_device_name()}  torch {torch.__version__}  dtype {args.dtype}")
+    for shape in args.shapes:
+        B, H, T, D, window = (int(x) for x in shape.split(","))
+        flops = 4 * B * H * D * band_pairs(T, window)
+        print(f"\nB={B} H={H} T={T} D={D} window={window}")
+        print(f"{'':30s} {'fwd ms':>9s} {'fwd+bwd ms':>11s} {'fwd TFLOP/s':>12s} {'f+b TFLOP/s':>12s}  (FLOPs of the window band)")
+        rows = attention_rows(B, H, T, D, window, DTYPES[args.dtype])
+        for name, row in rows.items():
+            if isinstance(row, str):
+                print(f"{name:30s} {row}")
+                continue
+            fwd, both = row
+            print(f"{name:30s} {fwd:9.3f} {both:11.3f} {flops / fwd / 1e9:12.1f} {3.5 * flops / both / 1e9:12.1f}")
+        gated, plain = rows["ours"], rows["ours, gate off"]
+        print(f"gate overhead: fwd {100 * (gated[0] / plain[0] - 1):+.1f}%, fwd+bwd {100 * (gated[1] / plain[1] - 1):+.1f}%")
+    if args.scan:
+        T, H = (int(x) for x in args.scan.split(","))
+        print(f"\npreprocessing forward, (1, {T}, {H}) fp32")
+        for name, (ms, gbs) in scan_rows(T, H).items():
+            print(f"{name:52s} {ms * 1e3:9.1f} us {gbs:8.0f} GB/s")
+
+
+if __name__ == "__main__":
+    main()
