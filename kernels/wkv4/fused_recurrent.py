@@ -9,7 +9,6 @@ import torch
 import triton
 import triton.language as tl
 
-NEG = -1e38
 
 
 @triton.jit
@@ -21,7 +20,7 @@ def _wkv4_fwd_kernel(w_ptr, u_ptr, k_ptr, v_ptr, y_ptr, logd_ptr, L, C, BLOCK_C:
     u = tl.load(u_ptr + c, mask=mask, other=0.0)
     num = tl.zeros([BLOCK_C], dtype=tl.float32)
     den = tl.zeros([BLOCK_C], dtype=tl.float32)
-    p = tl.full([BLOCK_C], NEG, dtype=tl.float32)
+    p = tl.full([BLOCK_C], -1e38, dtype=tl.float32)
     offs = b * L * C + c
     for t in range(L):
         kt = tl.load(k_ptr + offs + t * C, mask=mask, other=0.0)
@@ -54,7 +53,7 @@ def _wkv4_bwd_kernel(w_ptr, u_ptr, k_ptr, v_ptr, y_ptr, logd_ptr, gy_ptr, gk_ptr
     x2 = tl.zeros([BLOCK_C], dtype=tl.float32)
     z1 = tl.zeros([BLOCK_C], dtype=tl.float32)
     z2 = tl.zeros([BLOCK_C], dtype=tl.float32)
-    m = tl.full([BLOCK_C], NEG, dtype=tl.float32)
+    m = tl.full([BLOCK_C], -1e38, dtype=tl.float32)
     gw = tl.zeros([BLOCK_C], dtype=tl.float32)
     gu = tl.zeros([BLOCK_C], dtype=tl.float32)
     offs = b * L * C + c

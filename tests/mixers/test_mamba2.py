@@ -1,7 +1,7 @@
 """Mamba-2's quadratic SSD reference against the state recurrence."""
 import torch
 
-from zoo.mixers.mamba2 import ssd_ref
+from zoo.mixers.mamba2 import ssd_chunked, ssd_ref
 
 
 def test_ssd_matches_recurrence():
@@ -17,3 +17,13 @@ def test_ssd_matches_recurrence():
         S = torch.exp(dt[:, t] * A)[..., None, None] * S + dt[:, t, :, None, None] * B[:, t, None, :, None] * x[:, t, :, None, :]
         want.append(torch.einsum("bhnp,bn->bhp", S, C[:, t]))
     torch.testing.assert_close(ssd_ref(x, dt, A, B, C).double(), torch.stack(want, dim=1), rtol=1e-5, atol=1e-5)
+
+
+def test_chunked_matches_quadratic():
+    torch.manual_seed(0)
+    Bt, L, H, P, N = 2, 21, 3, 4, 5
+    x = torch.randn(Bt, L, H, P, dtype=torch.float64)
+    dt = torch.rand(Bt, L, H, dtype=torch.float64) + 0.05
+    A = -torch.rand(H, dtype=torch.float64) * 2
+    B, C = torch.randn(Bt, L, N, dtype=torch.float64), torch.randn(Bt, L, N, dtype=torch.float64)
+    torch.testing.assert_close(ssd_chunked(x, dt, A, B, C, chunk=8), ssd_ref(x, dt, A, B, C), rtol=1e-5, atol=1e-5)

@@ -62,7 +62,7 @@ def relative_error(a, b):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("mixer", ZOO)
-@pytest.mark.parametrize("batch, seq_len", [(2, 64), (3, 100)])
+@pytest.mark.parametrize("batch, seq_len", [(3, 100)])
 @pytest.mark.parametrize("autocast", [False, True])
 def test_gpu_fast_path_matches_cpu_reference(mixer, batch, seq_len, autocast):
     """Same weights on CPU (reference path, float32) and GPU (fast path): outputs and all gradients agree."""

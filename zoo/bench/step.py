@@ -59,9 +59,11 @@ def _time_mixer(mixer: str, batch: int, seq_len: int, d_model: int, device: torc
 
 
 def step_times(mixers: list[str], batch: int = 256, seq_len: int = 256, d_model: int = 128,
-               device: str | torch.device = "cuda", n_layers: int = 2, warmup: int = 5, iters: int = 20) -> list[dict]:
+               device: str | torch.device = "cuda", n_layers: int = 2, warmup: int = 5, iters: int = 20,
+               on_row=None) -> list[dict]:
     """One row per mixer: mixer, ms_per_step, ratio_to_softmax (NaN without softmax), params, peak_mem_gb,
-    error (None, or the exception text of a mixer that failed to build or run)."""
+    error (None, or the exception text of a mixer that failed to build or run). ``on_row(row)`` is called
+    as each mixer finishes (its ratio is set when softmax was timed before it)."""
     device = torch.device(device)
     rows = []
     for mixer in mixers:
@@ -74,18 +76,20 @@ def step_times(mixers: list[str], batch: int = 256, seq_len: int = 256, d_model:
         rows.append(row)
         if device.type == "cuda":
             torch.cuda.empty_cache()
-    base = next((r["ms_per_step"] for r in rows if r["mixer"] == "softmax"), float("nan"))
-    for r in rows:
-        r["ratio_to_softmax"] = r["ms_per_step"] / base
+        base = next((r["ms_per_step"] for r in rows if r["mixer"] == "softmax"), float("nan"))
+        for r in rows:
+            r["ratio_to_softmax"] = r["ms_per_step"] / base
+        if on_row is not None:
+            on_row(row)
     return rows
 
 
-def format_table(rows: list[dict]) -> str:
-    lines = [f"{'mixer':<10} {'ms/step':>9} {'x softmax':>9} {'params':>10} {'peak GB':>8}"]
-    for r in rows:
-        lines.append(f"{r['mixer']:<10} {r['ms_per_step']:>9.2f} {r['ratio_to_softmax']:>9.2f} {r['params']:>10,} "
-                     f"{r['peak_mem_gb']:>8.2f}" + (f"  ERROR {r['error']}" if r["error"] else ""))
-    return "\n".join(lines)
+HEADER = f"{'mixer':<10} {'ms/step':>9} {'x softmax':>9} {'params':>10} {'peak GB':>8}"
+
+
+def format_row(r: dict) -> str:
+    return (f"{r['mixer']:<10} {r['ms_per_step']:>9.2f} {r['ratio_to_softmax']:>9.2f} {r['params']:>10,} "
+            f"{r['peak_mem_gb']:>8.2f}" + (f"  ERROR {r['error']}" if r["error"] else ""))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -101,11 +105,12 @@ def main(argv: list[str] | None = None) -> None:
     mixers = args.mixers or list_mixers()
     if "softmax" in list_mixers():  # the baseline goes first
         mixers = ["softmax", *(m for m in mixers if m != "softmax")]
-    rows = step_times(mixers, args.batch, args.seq_len, args.d_model, args.device, args.n_layers, iters=args.iters)
     name = torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu"
     print(f"{name}: B={args.batch} N={args.seq_len} d_model={args.d_model} layers={args.n_layers}, "
           f"forward+backward, bf16 autocast on CUDA, median of {args.iters}")
-    print(format_table(rows))
+    print(HEADER, flush=True)
+    step_times(mixers, args.batch, args.seq_len, args.d_model, args.device, args.n_layers, iters=args.iters,
+               on_row=lambda row: print(format_row(row), flush=True))
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from zoo.errors import ConfigError
@@ -29,6 +30,20 @@ def fft_causal_conv(u: torch.Tensor, h: torch.Tensor, bias: torch.Tensor) -> tor
     hf = torch.fft.rfft(h.float(), n=n, dim=0)
     y = torch.fft.irfft(uf * hf, n=n, dim=1)[:, :L]
     return (y + u.float() * bias.float()).to(u.dtype)
+
+
+class Dense(nn.Module):
+    """``x W^T + b`` with nn.Linear's default uniform init. Deliberately not an nn.Linear: the model's
+    small-std init of linear layers would flatten the implicit filter (its Sin MLP needs O(1) weights)."""
+
+    def __init__(self, d_in: int, d_out: int, bias: bool = True):
+        super().__init__()
+        bound = d_in ** -0.5
+        self.weight = nn.Parameter(torch.empty(d_out, d_in).uniform_(-bound, bound))
+        self.bias = nn.Parameter(torch.empty(d_out).uniform_(-bound, bound)) if bias else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.weight, self.bias)
 
 
 class Sin(nn.Module):
@@ -65,9 +80,9 @@ class ImplicitFilter(nn.Module):
         angle = 2 * math.pi * f * torch.arange(max_seq_len)[:, None] / max_seq_len
         self.register_buffer("z", torch.cat([t, torch.cos(angle), torch.sin(angle)], dim=-1), persistent=False)
         self.register_buffer("t", t, persistent=False)
-        self.mlp = nn.Sequential(nn.Linear(emb_dim, filter_order), Sin(filter_order, sin_freq),
-                                 nn.Linear(filter_order, filter_order), Sin(filter_order, sin_freq),
-                                 nn.Linear(filter_order, d_model, bias=False))
+        self.mlp = nn.Sequential(Dense(emb_dim, filter_order), Sin(filter_order, sin_freq),
+                                 Dense(filter_order, filter_order), Sin(filter_order, sin_freq),
+                                 Dense(filter_order, d_model, bias=False))
         max_decay = math.log(1e-2) / fast_decay_pct
         min_decay = math.log(1e-2) / slow_decay_pct
         self.register_buffer("deltas", torch.linspace(min_decay, max_decay, d_model).abs(), persistent=False)

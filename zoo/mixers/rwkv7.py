@@ -49,7 +49,7 @@ class LoRA(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = self.up(self.act(self.down(x)))
-        return y if self.bias is None else y + self.bias
+        return y if self.bias is None else y + self.bias.to(y.dtype)
 
 
 @register_mixer("rwkv7")
