@@ -151,13 +151,10 @@ def validate(cfg: DictConfig) -> None:
 
 def _check_model_builds(cfg: DictConfig) -> None:
     """Construct the model on the meta device (no memory, no compute) so mixers can reject values."""
-    import torch
-
     from zoo.model import LanguageModel
 
     try:
-        with torch.device("meta"):
-            LanguageModel.from_config(cfg)
+        LanguageModel.from_config(cfg, device="meta")
     except ConfigError:
         raise
     except Exception as err:  # a mixer that rejects its arguments with a plain exception

@@ -8,6 +8,7 @@ once per validation epoch, so training steps never wait for the host.
 from __future__ import annotations
 
 import math
+import time
 
 import lightning as L
 import torch
@@ -48,12 +49,18 @@ class MixerLM(L.LightningModule):
         self.log("train/loss", loss, on_step=True, on_epoch=False, prog_bar=True)
         return loss
 
+    def on_train_epoch_start(self) -> None:
+        self.epoch_started = time.perf_counter()
+
     def on_train_epoch_end(self) -> None:
         if self.nonfinite is not None and bool(self.nonfinite):
             raise Diverged(f"non-finite training loss in epoch {self.current_epoch}")
         self.nonfinite = None
 
     def on_validation_epoch_start(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)  # once per epoch, so the epoch's time is the GPU's time
+        self.epoch_seconds = time.perf_counter() - self.epoch_started
         # per segment: [loss sum, correct tokens, labelled tokens, correct sequences, sequences]
         self.val_sums = torch.zeros(len(self.segment_names), 5, device=self.device, dtype=torch.float64)
 
@@ -78,7 +85,8 @@ class MixerLM(L.LightningModule):
         self.log_dict(metrics, prog_bar=False)
         self.log("val_acc", metrics["val/acc"], prog_bar=True)  # short name for the progress bar
         if not self.trainer.sanity_checking:
-            self.history.append({"epoch": self.current_epoch, **metrics})
+            self.history.append({"epoch": self.current_epoch, **metrics,
+                                 "train_seconds": getattr(self, "epoch_seconds", None)})
 
     def configure_optimizers(self):
         t = self.cfg.train

@@ -137,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("args", nargs="*", metavar="[config.yaml] key=value",
                         help="a run config YAML (defaults if omitted), then omegaconf dotlist overrides")
     parser.add_argument("--out", default="outputs/runs", help="folder for the run's logs and result.json")
-    args = parser.parse_args(argv)
+    args = parser.parse_intermixed_args(argv)
     path = args.args[0] if args.args and "=" not in args.args[0] else None
     try:
         cfg = load_config(path, args.args[1:] if path else args.args)

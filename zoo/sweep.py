@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--address", help="Ray cluster address (default: start a local Ray instance)")
     parser.add_argument("--runs-per-gpu", type=int, help="runs sharing one GPU (overrides the sweep file)")
     parser.add_argument("--cpu-workers", type=int, default=1, help="parallel runs on a machine without GPU")
-    args = parser.parse_args(argv)
+    args = parser.parse_intermixed_args(argv)
     if args.list:
         print(list_registered())
         return 0

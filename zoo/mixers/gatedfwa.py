@@ -2,7 +2,8 @@
 
 For x (B, L, D) and H heads of size d:
     q, k = RMSNorm(x W_q), RMSNorm(x W_k)                    (B, L, H, d), QK-normalized per head
-    h = x W_g + b_g,  beta = 1 + elu(x W_beta)               (B, L, H), W_beta starts at zero (beta = 1)
+    h = x W_g + b_g,  beta = 1 + elu(x W_beta)               (B, L, H), W_beta starts at zero (beta = 1),
+                                                             b_g at initial decays alpha in [1e-3, 1e-1]
     alpha = softplus(beta * h) / (beta + eps),  u = cumsum(-alpha) over time
     o_i = sum_{i-w < j <= i} softmax_j(q_i.k_j / sqrt(d) + u_i - u_j) v_j
     y = W_o( RMSNorm_head(o) * silu(x W_z) )
@@ -34,6 +35,11 @@ class GatedFWA(SlidingWindowAttention):
         self.out_gate = nn.Linear(d_model, d_model, bias=bias)
         self.o_norm = nn.RMSNorm(self.head_dim)
         nn.init.zeros_(self.beta.weight)
+        # gate bias: heads start with per-token decays alpha spread over [1e-3, 1e-1] (softplus^-1),
+        # slow enough that recall across the window is possible from the first step
+        alpha0 = torch.logspace(-3, -1, num_heads)
+        with torch.no_grad():
+            self.gate.bias.copy_(torch.log(torch.expm1(alpha0)))
 
     def attend(self, q, k, v, x):
         beta = 1 + F.elu(self.beta(x))

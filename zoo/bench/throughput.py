@@ -1,0 +1,80 @@
+"""Sweep throughput: seconds per epoch of real runs, runs-per-GPU scaling, and the grid's wall time.
+
+Every number comes from ``zoo.run.train`` on the sweep's own configs (data generation, Lightning,
+validation every epoch), with early stopping off; an epoch's time is the median over epochs after
+the first (which pays for warm-up and compilation).
+"""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from zoo.config import make_run_config
+
+
+def timing_config(cfg: DictConfig, epochs: int, **train) -> DictConfig:
+    """``cfg`` with early stopping off, ``epochs`` epochs, quiet, plus ``train`` overrides."""
+    raw = OmegaConf.to_container(cfg)
+    raw["train"].update(max_epochs=epochs, early_stop_accuracy=None, progress_bar=False, loggers=["csv"], **train)
+    return make_run_config(raw)
+
+
+def time_run(cfg: DictConfig) -> dict:
+    """Train ``cfg`` in this process; return data seconds, median epoch seconds and the accuracy curve."""
+    from zoo.run import train
+
+    with tempfile.TemporaryDirectory() as tmp:
+        record = train(cfg, Path(tmp), quiet=True)
+    if record["status"] != "completed":
+        return {"status": record["status"], "error": (record["error"] or "")[-300:]}
+    epochs = [h["train_seconds"] for h in record["history"]]
+    return {"status": "completed", "data_s": record["data_seconds"],
+            "epoch_s": statistics.median(epochs[1:] or epochs), "first_epoch_s": epochs[0],
+            "accuracy": [round(h["val/acc"], 4) for h in record["history"]]}
+
+
+def concurrent_epoch_rate(cfg: DictConfig, runs: int) -> dict:
+    """Start ``runs`` copies of ``cfg`` at once as separate processes on the current GPU.
+
+    Returns the aggregate epochs per second (sum over runs of 1 / epoch seconds)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "cfg.yaml"
+        OmegaConf.save(cfg, path)
+        env = {**os.environ, "OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // runs))}
+        procs = [subprocess.Popen([sys.executable, "-m", "zoo.bench.throughput", str(path)], stdout=subprocess.PIPE,
+                                  text=True, env=env) for _ in range(runs)]
+        results = [json.loads(p.communicate()[0].strip().splitlines()[-1]) for p in procs]
+    seconds = [r["epoch_s"] for r in results if r["status"] == "completed"]
+    return {"runs": runs, "completed": len(seconds), "epochs_per_s": sum(1 / s for s in seconds),
+            "epoch_s_each": statistics.median(seconds) if seconds else float("nan")}
+
+
+def project_grid(runs: list, epoch_s: dict, width_factor: dict, startup_s: float, speedup: float,
+                 epochs: int | None = None) -> dict:
+    """Wall time of a whole sweep from measured epoch times, if every run trains all its epochs.
+
+    ``epoch_s[(mixer, N)]`` is measured at one reference width; ``width_factor[(N, d)]`` scales it to
+    other widths (measured on softmax); ``speedup`` is the aggregate throughput of concurrent runs on one
+    GPU relative to one run alone.
+    """
+    serial = 0.0
+    for run in runs:
+        c = run.cfg
+        n = c.task.params.input_seq_len
+        e = epoch_s[(c.model.mixer, n)] * width_factor.get((n, c.model.d_model), 1.0)
+        serial += (epochs or c.train.max_epochs) * e + startup_s
+    return {"runs": len(runs), "serial_hours": serial / 3600, "hours_one_gpu": serial / speedup / 3600}
+
+
+if __name__ == "__main__":  # one timing process of concurrent_epoch_rate
+    config = make_run_config(OmegaConf.load(sys.argv[1]))
+    t0 = time.time()
+    print(json.dumps({**time_run(config), "wall_s": time.time() - t0}))

@@ -1,0 +1,62 @@
+"""Zoology (HazyResearch/zoology) as a peer, run in this process on the same GPU as zoo.
+
+Zoology is not a dependency: point ``--zoology`` at a checkout (it needs pydantic, einops and
+torchvision; wandb is stubbed when missing since nothing is logged). Its own functions do the work:
+``prepare_data`` generates the MQAR split, its ``LanguageModel`` and ``Trainer.train_epoch`` train.
+"""
+from __future__ import annotations
+
+import sys
+import time
+import types
+
+import torch
+
+
+def _import_zoology(path: str | None):
+    if path:
+        sys.path.insert(0, path)
+    try:
+        import wandb  # noqa: F401
+    except ImportError:
+        sys.modules["wandb"] = types.ModuleType("wandb")  # zoology.logger imports it; we never log
+    from zoology import config, model, train
+    from zoology.data import multiquery_ar, utils
+
+    return config, model, train, multiquery_ar, utils
+
+
+def zoology_attention_epoch(path: str | None, seq_len: int = 256, kv: int = 16, d_model: int = 128,
+                            batch: int = 256, num_train: int = 100_000, num_test: int = 3_000,
+                            epochs: int = 2, lr: float = 2.1544e-3) -> dict:
+    """Zoology's figure-2 attention run (1 head, learned positions, fp32): data seconds, epoch seconds,
+    and validation accuracy after each epoch."""
+    config, model_mod, train_mod, mqar, utils = _import_zoology(path)
+    seg = dict(vocab_size=8192, input_seq_len=seq_len, num_kv_pairs=kv, random_non_queries=False, power_a=0.01)
+    data = config.DataConfig(train_configs=[mqar.MQARConfig(num_examples=num_train, **seg)],
+                             test_configs=[mqar.MQARConfig(num_examples=num_test, **seg)], batch_size=batch)
+    t0 = time.perf_counter()
+    train_dl, test_dl = utils.prepare_data(data)
+    data_s = time.perf_counter() - t0
+    mcfg = config.ModelConfig(d_model=d_model, n_layers=2, max_position_embeddings=seq_len, vocab_size=8192,
+                              sequence_mixer=config.ModuleConfig(name="zoology.mixers.attention.MHA",
+                                                                 kwargs={"dropout": 0.1, "num_heads": 1}),
+                              state_mixer=config.ModuleConfig(name="torch.nn.Identity", kwargs={}))
+    trainer = train_mod.Trainer(model=model_mod.LanguageModel(mcfg), train_dataloader=train_dl,
+                                test_dataloader=test_dl, max_epochs=epochs, learning_rate=lr,
+                                logger=types.SimpleNamespace(log=lambda *a, **k: None), device="cuda")
+    # the set-up lines of Trainer.fit, so that each epoch can be timed on its own
+    trainer.model.to("cuda")
+    trainer.loss_fn = torch.nn.CrossEntropyLoss()
+    trainer.optimizer = torch.optim.AdamW(trainer.model.parameters(), lr=lr, weight_decay=0.1)
+    trainer.scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(trainer.optimizer, T_max=epochs)
+    epoch_s, accuracy = [], []
+    for epoch in range(epochs):
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        trainer.train_epoch(epoch)
+        torch.cuda.synchronize()
+        epoch_s.append(time.perf_counter() - t)
+        accuracy.append(round(float(trainer.test(epoch)["valid/accuracy"]), 4))
+        trainer.scheduler.step()
+    return {"data_s": data_s, "epoch_s": epoch_s[-1], "first_epoch_s": epoch_s[0], "accuracy": accuracy}
