@@ -1,7 +1,9 @@
 """Zoology (HazyResearch/zoology) as a peer, run in this process on the same GPU as zoo.
 
 Zoology is not a dependency: point ``--zoology`` at a checkout (it needs pydantic, einops and
-torchvision; wandb is stubbed when missing since nothing is logged). Its own functions do the work:
+torchvision; wandb is stubbed when missing since nothing is logged). Measured with commit dbcb60d:
+the newest commit (d88d6f5) makes ``LanguageModel.forward`` return hidden states by default, which
+breaks its own cross-entropy training path. Its own functions do the work:
 ``prepare_data`` generates the MQAR split, its ``LanguageModel`` and ``Trainer.train_epoch`` train.
 """
 from __future__ import annotations
