@@ -39,7 +39,7 @@ def _key_logits(q, k_t, u_base, offs_n, s_ut, T, qk_scale, HAS_GATE: tl.constexp
     """[M, N] base-2 logits q.k * scale - u_j from q [M, D] and k_t [D, N]."""
     s = tl.dot(q, k_t, input_precision=PREC) * qk_scale
     if HAS_GATE:
-        s -= tl.load(u_base + offs_n * s_ut, mask=offs_n < T, other=0.0)[None, :] * 1.4426950408889634
+        s -= tl.load(u_base + offs_n * s_ut, mask=offs_n < T, other=0.0)[None, :]
     return s
 
 
@@ -161,7 +161,7 @@ def _attn_bwd_dkdv(q_ptr, k_ptr, v_ptr, u_ptr, do_ptr, lse_ptr, delta_ptr, dk_pt
     kv_mask = (offs_n[:, None] < T) & (offs_d[None, :] < D)
     k = tl.load(k_ptr + b * s_kb + h * s_kh + offs_n[:, None] * s_kt + offs_d[None, :], mask=kv_mask, other=0.0)
     v = tl.load(v_ptr + b * s_vb + h * s_vh + offs_n[:, None] * s_vt + offs_d[None, :], mask=kv_mask, other=0.0)
-    u_j = tl.load(u_ptr + b * s_ub + h * s_uh + offs_n * s_ut, mask=offs_n < T, other=0.0) * 1.4426950408889634
+    u_j = tl.load(u_ptr + b * s_ub + h * s_uh + offs_n * s_ut, mask=offs_n < T, other=0.0)
     q_base = q_ptr + b * s_qb + h * s_qh
     do_base = do_ptr + b * s_db + h * s_dh
     # query blocks [start_n, mid) hold the diagonal, [mid, hi) are fully inside the band, [hi, end) its far edge
@@ -252,9 +252,9 @@ def _configs(kind: str, D: int, device: torch.device):
                  "dkdv": ((16, 32), dict(num_warps=4, num_stages=1)),
                  "dq": ((32, 16), dict(num_warps=4, num_stages=1))}
     else:  # measured on an H200 (NOTES.md): 64-row query blocks beat 128 for windowed work
-        table = {"fwd": ((64, 32), dict(num_warps=4, num_stages=stages - 1)),
-                 "dkdv": ((64, 64), dict(num_warps=4, num_stages=stages)),
-                 "dq": ((64, 32), dict(num_warps=4, num_stages=stages))}
+        table = {"fwd": ((64, 32), dict(num_warps=4, num_stages=stages)),
+                 "dkdv": ((64, 64), dict(num_warps=4, num_stages=stages - 1)),
+                 "dq": ((64, 32), dict(num_warps=4, num_stages=stages - 1))}
     return table[kind]
 
 
@@ -263,7 +263,7 @@ def _strides(x):
 
 
 def attention_fwd(q, k, v, u, window: int, scale: float):
-    """o (B, T, H, D) like q and lse (B, H, T) fp32 in log2 units."""
+    """o (B, T, H, D) like q and lse (B, H, T) fp32; u is (B, T, H) fp32 in log2 units (u * log2(e)), or None."""
     B, T, H, D = q.shape
     o = torch.empty(B, T, H, D, device=q.device, dtype=q.dtype)
     lse = torch.empty(B, H, T, device=q.device, dtype=torch.float32)
@@ -318,8 +318,8 @@ class GatedWindowAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, u, window, scale):
         q, k, v = (_head_dim_contiguous(x) for x in (q, k, v))
-        if u is not None:
-            u = u.float()
+        if u is not None:  # (B, H, T) in log2 units: contiguous vector loads in the kernels
+            u = (u.float() * LOG2E).transpose(1, 2).contiguous().transpose(1, 2)
         o, lse = attention_fwd(q, k, v, u, window, scale)
         ctx.save_for_backward(q, k, v, u, o, lse)
         ctx.window, ctx.scale = window, scale

@@ -3,9 +3,10 @@
 ``u_t = -sum_{s<=t} a_s`` with ``a_s = softplus(beta_s * h_s) / (beta_s + eps)`` along the time axis
 of (B, T, H) tensors. The time axis is cut into chunks, one program per (chunk, batch, head block):
 
-* pass 1 (only when there is more than one chunk) sums ``a`` over each chunk;
-* pass 2 adds the totals of the earlier chunks as the carry, then scans its chunk tile by tile
-  (``[BLOCK_T, BLOCK_H]`` tiles, coalesced along the contiguous head axis) and writes ``u``.
+* pass 1 (only when there is more than one chunk) sums ``a`` over each chunk, and a cumsum over the
+  (B, n_chunks, H) totals gives each chunk its carry;
+* pass 2 starts from its carry and scans its chunk tile by tile (``[BLOCK_T, BLOCK_H]`` tiles,
+  coalesced along the contiguous head axis, ``tl.cumsum`` along time) and writes ``u``.
 
 ``h`` and ``beta`` are read once per pass and ``u`` written once; ``a`` never goes to memory.
 The backward is the same two passes run backwards in time on ``du``, ending in ``dh`` and ``dbeta``.
@@ -19,8 +20,7 @@ import triton
 import triton.language as tl
 
 TILE_ELEMS = 4096  # elements of one [BLOCK_T, BLOCK_H] tile
-TARGET_PROGRAMS = 512  # enough chunks in flight to fill a GPU's memory pipes
-MIN_CHUNK = 256  # rows per chunk at least, so the carry sums stay short
+TARGET_PROGRAMS = 2048  # enough chunks in flight to fill a GPU's memory pipes
 
 
 @triton.jit
@@ -57,27 +57,15 @@ def _chunk_totals(h_ptr, beta_ptr, du_ptr, tot_ptr, T, H, eps,
 
 
 @triton.jit
-def _carry(tot_ptr, pid_b, pid_c, n_chunks, offs_h, H, s_tb, s_tc, FORWARD: tl.constexpr,
-           BLOCK_C: tl.constexpr, BLOCK_H: tl.constexpr):
-    """Sum of the chunk totals before chunk pid_c (FORWARD) or after it (backward)."""
-    lo = tl.where(FORWARD, 0, pid_c + 1)
-    hi = tl.where(FORWARD, pid_c, n_chunks)
-    acc = tl.zeros([BLOCK_C, BLOCK_H], dtype=tl.float32)
-    for c0 in range(lo, hi, BLOCK_C):
-        offs_c = c0 + tl.arange(0, BLOCK_C)
-        mask = (offs_c[:, None] < hi) & (offs_h[None, :] < H)
-        acc += tl.load(tot_ptr + pid_b * s_tb + offs_c[:, None] * s_tc + offs_h[None, :], mask=mask, other=0.0)
-    return tl.sum(acc, 0)
-
-
-@triton.jit
-def _scan_fwd(h_ptr, beta_ptr, u_ptr, tot_ptr, T, H, eps, n_chunks,
-              s_hb, s_ht, s_bb, s_bt, s_ub, s_ut, s_tb, s_tc,
-              CHUNK: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_C: tl.constexpr):
-    """u = -(carry + running sum of a) over one chunk."""
+def _scan_fwd(h_ptr, beta_ptr, u_ptr, carry_ptr, T, H, eps,
+              s_hb, s_ht, s_bb, s_bt, s_ub, s_ut, s_cb, s_cc,
+              CHUNK: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr, HAS_CARRY: tl.constexpr):
+    """u = -(carry + running sum of a) over one chunk; carry[b, c, h] sums a over the earlier chunks."""
     pid_c, pid_b, pid_h = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     offs_h = pid_h * BLOCK_H + tl.arange(0, BLOCK_H)
-    carry = _carry(tot_ptr, pid_b, pid_c, n_chunks, offs_h, H, s_tb, s_tc, True, BLOCK_C, BLOCK_H)
+    carry = tl.zeros([BLOCK_H], dtype=tl.float32)
+    if HAS_CARRY:
+        carry += tl.load(carry_ptr + pid_b * s_cb + pid_c * s_cc + offs_h, mask=offs_h < H, other=0.0)
     for t0 in range(pid_c * CHUNK, pid_c * CHUNK + CHUNK, BLOCK_T):
         offs_t = t0 + tl.arange(0, BLOCK_T)
         mask = (offs_t[:, None] < T) & (offs_h[None, :] < H)
@@ -91,13 +79,18 @@ def _scan_fwd(h_ptr, beta_ptr, u_ptr, tot_ptr, T, H, eps, n_chunks,
 
 
 @triton.jit
-def _scan_bwd(h_ptr, beta_ptr, du_ptr, dh_ptr, dbeta_ptr, tot_ptr, T, H, eps, n_chunks,
-              s_hb, s_ht, s_bb, s_bt, s_db, s_dt, s_gb, s_gt, s_tb, s_tc,
-              CHUNK: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_C: tl.constexpr):
-    """da_s = -sum_{t>=s} du_t by a reverse scan, then the chain rule through a = softplus(beta h)/(beta+eps)."""
+def _scan_bwd(h_ptr, beta_ptr, du_ptr, dh_ptr, dbeta_ptr, carry_ptr, T, H, eps,
+              s_hb, s_ht, s_bb, s_bt, s_db, s_dt, s_gb, s_gt, s_cb, s_cc,
+              CHUNK: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr, HAS_CARRY: tl.constexpr):
+    """da_s = -sum_{t>=s} du_t by a reverse scan, then the chain rule through a = softplus(beta h)/(beta+eps).
+
+    carry[b, c, h] sums du over the later chunks.
+    """
     pid_c, pid_b, pid_h = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     offs_h = pid_h * BLOCK_H + tl.arange(0, BLOCK_H)
-    carry = _carry(tot_ptr, pid_b, pid_c, n_chunks, offs_h, H, s_tb, s_tc, False, BLOCK_C, BLOCK_H)
+    carry = tl.zeros([BLOCK_H], dtype=tl.float32)
+    if HAS_CARRY:
+        carry += tl.load(carry_ptr + pid_b * s_cb + pid_c * s_cc + offs_h, mask=offs_h < H, other=0.0)
     n_tiles = CHUNK // BLOCK_T
     for i in range(n_tiles):
         offs_t = pid_c * CHUNK + (n_tiles - 1 - i) * BLOCK_T + tl.arange(0, BLOCK_T)
@@ -127,7 +120,7 @@ def _layout(T: int, B: int, H: int):
         chunk = 32
     else:
         rows = triton.cdiv(T * B * triton.cdiv(H, block_h), TARGET_PROGRAMS)
-        chunk = max(MIN_CHUNK, block_t, triton.next_power_of_2(rows))
+        chunk = max(block_t, triton.next_power_of_2(rows))
     return block_t, block_h, chunk, triton.cdiv(T, chunk)
 
 
@@ -135,38 +128,47 @@ def _last_dim_contiguous(x: torch.Tensor) -> torch.Tensor:
     return x if x.stride(-1) == 1 else x.contiguous()
 
 
+def _chunk_carry(h, beta, du, eps, B, T, H, layout):
+    """Pass 1 and the carry between chunks: (B, n_chunks, H) fp32 sums over the earlier chunks of a
+    (forward, du None) or over the later chunks of du (backward); None for a single chunk."""
+    block_t, block_h, chunk, n_chunks = layout
+    if n_chunks == 1:
+        return None
+    tot = torch.empty(B, n_chunks, H, device=h.device, dtype=torch.float32)
+    grid = (n_chunks, B, triton.cdiv(H, block_h))
+    x = h if du is None else du
+    _chunk_totals[grid](h, beta, x, tot, T, H, eps, h.stride(0), h.stride(1), beta.stride(0), beta.stride(1),
+                        x.stride(0), x.stride(1), tot.stride(0), tot.stride(1), CHUNK=chunk, BLOCK_T=block_t,
+                        BLOCK_H=block_h, FORWARD=du is None)
+    inclusive = tot.cumsum(1)
+    return inclusive - tot if du is None else inclusive[:, -1:] - inclusive
+
+
 def gate_scan_fwd(h: torch.Tensor, beta: torch.Tensor, eps: float) -> torch.Tensor:
     """u (B, T, H) fp32 from h, beta (B, T, H); see the module docstring."""
     B, T, H = h.shape
-    block_t, block_h, chunk, n_chunks = _layout(T, B, H)
+    layout = block_t, block_h, chunk, n_chunks = _layout(T, B, H)
     u = torch.empty(B, T, H, device=h.device, dtype=torch.float32)
-    tot = torch.empty(B, n_chunks, H, device=h.device, dtype=torch.float32)
-    grid = (n_chunks, B, triton.cdiv(H, block_h))
-    if n_chunks > 1:
-        _chunk_totals[grid](h, beta, h, tot, T, H, eps, h.stride(0), h.stride(1), beta.stride(0), beta.stride(1),
-                            0, 0, tot.stride(0), tot.stride(1), CHUNK=chunk, BLOCK_T=block_t, BLOCK_H=block_h,
-                            FORWARD=True)
-    _scan_fwd[grid](h, beta, u, tot, T, H, eps, n_chunks, h.stride(0), h.stride(1), beta.stride(0), beta.stride(1),
-                    u.stride(0), u.stride(1), tot.stride(0), tot.stride(1), CHUNK=chunk, BLOCK_T=block_t,
-                    BLOCK_H=block_h, BLOCK_C=16)
+    carry = _chunk_carry(h, beta, None, eps, B, T, H, layout)
+    c = u if carry is None else carry
+    _scan_fwd[(n_chunks, B, triton.cdiv(H, block_h))](
+        h, beta, u, c, T, H, eps, h.stride(0), h.stride(1), beta.stride(0), beta.stride(1), u.stride(0), u.stride(1),
+        c.stride(0), c.stride(1), CHUNK=chunk, BLOCK_T=block_t, BLOCK_H=block_h, HAS_CARRY=carry is not None)
     return u
 
 
 def gate_scan_bwd(h: torch.Tensor, beta: torch.Tensor, du: torch.Tensor, eps: float):
     """(dh, dbeta), each (B, T, H) in the dtype of h, from the gradient du (B, T, H) of u."""
     B, T, H = h.shape
-    block_t, block_h, chunk, n_chunks = _layout(T, B, H)
+    layout = block_t, block_h, chunk, n_chunks = _layout(T, B, H)
     dh = torch.empty(B, T, H, device=h.device, dtype=h.dtype)
     dbeta = torch.empty_like(dh)
-    tot = torch.empty(B, n_chunks, H, device=h.device, dtype=torch.float32)
-    grid = (n_chunks, B, triton.cdiv(H, block_h))
-    if n_chunks > 1:
-        _chunk_totals[grid](h, beta, du, tot, T, H, eps, 0, 0, 0, 0, du.stride(0), du.stride(1),
-                            tot.stride(0), tot.stride(1), CHUNK=chunk, BLOCK_T=block_t, BLOCK_H=block_h,
-                            FORWARD=False)
-    _scan_bwd[grid](h, beta, du, dh, dbeta, tot, T, H, eps, n_chunks, h.stride(0), h.stride(1), beta.stride(0),
-                    beta.stride(1), du.stride(0), du.stride(1), dh.stride(0), dh.stride(1), tot.stride(0),
-                    tot.stride(1), CHUNK=chunk, BLOCK_T=block_t, BLOCK_H=block_h, BLOCK_C=16)
+    carry = _chunk_carry(h, beta, du, eps, B, T, H, layout)
+    c = du if carry is None else carry
+    _scan_bwd[(n_chunks, B, triton.cdiv(H, block_h))](
+        h, beta, du, dh, dbeta, c, T, H, eps, h.stride(0), h.stride(1), beta.stride(0), beta.stride(1), du.stride(0),
+        du.stride(1), dh.stride(0), dh.stride(1), c.stride(0), c.stride(1), CHUNK=chunk, BLOCK_T=block_t,
+        BLOCK_H=block_h, HAS_CARRY=carry is not None)
     return dh, dbeta
 
 

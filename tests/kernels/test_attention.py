@@ -107,10 +107,12 @@ GPU_CASES = [  # B, T, H, D, window, decay
 ]
 
 
+GPU_PARAMS = [(*case, torch.bfloat16, gate) for case in GPU_CASES for gate in (True, False)] + \
+    [(*case, dtype, True) for case in GPU_CASES[:2] for dtype in (torch.float16, torch.float32)]
+
+
 @pytest.mark.gpu
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
-@pytest.mark.parametrize("B,T,H,D,window,decay", GPU_CASES)
-@pytest.mark.parametrize("gate", [True, False])
+@pytest.mark.parametrize("B,T,H,D,window,decay,dtype,gate", GPU_PARAMS)
 def test_gpu_matches_float64_reference(B, T, H, D, window, decay, dtype, gate):
     q, k, v, u = make(B, T, H, D, gate, decay)
     grad_out = torch.randn_like(q)
