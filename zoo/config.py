@@ -61,7 +61,8 @@ class TrainConfig:
     grad_clip: Optional[float] = None
     early_stop_accuracy: Optional[float] = 0.99  # None: always run max_epochs
     precision: str = "auto"  # auto: bf16 autocast on GPU, fp32 on CPU
-    compile: bool = False  # torch.compile the model (GPU only)
+    compile: bool = False  # torch.compile the model
+    cuda_graphs: bool = True  # on GPU, replay each training step from a CUDA graph (off when compile is on)
     loggers: list = field(default_factory=lambda: ["csv"])
     progress_bar: bool = True
 

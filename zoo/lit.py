@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import time
+from contextlib import nullcontext
 
 import lightning as L
 import torch
@@ -17,6 +18,7 @@ from omegaconf import DictConfig
 
 from zoo.data import IGNORE
 from zoo.model import LanguageModel
+from zoo.step import TrainStep, labelled_logits
 
 
 class Diverged(RuntimeError):
@@ -24,38 +26,43 @@ class Diverged(RuntimeError):
 
 
 class MixerLM(L.LightningModule):
-    """Wraps ``LanguageModel`` with the optimiser, schedule and metrics of one run config."""
+    """Wraps ``LanguageModel`` with the optimiser, schedule and metrics of one run config.
 
-    def __init__(self, cfg: DictConfig, model: LanguageModel, segment_names: list[str], steps_per_epoch: int):
+    Optimisation is manual: each training step is one ``zoo.step.TrainStep`` call (a CUDA-graph
+    replay on GPU when ``train.cuda_graphs``), then one scheduler step. bf16 autocast is ours too, so
+    the Trainer runs at "32-true" precision and adds nothing per step.
+    """
+
+    def __init__(self, cfg: DictConfig, model: LanguageModel, segment_names: list[str], steps_per_epoch: int,
+                 bf16: bool):
         super().__init__()
-        self.cfg, self.model = cfg, model
+        self.automatic_optimization = False
+        self.cfg, self.model, self.bf16 = cfg, model, bf16
         self.segment_names = segment_names
         self.steps_per_epoch = steps_per_epoch
         self.forward_fn = torch.compile(model) if cfg.train.compile else model
-        self.nonfinite = None  # device flag: any non-finite training loss this epoch
+        self.step_fn: TrainStep | None = None
         self.history: list[dict] = []  # one dict of validation metrics per epoch
 
-    def _logits_and_targets(self, batch):
-        inputs, positions, targets, _ = batch
-        hidden = self.forward_fn(inputs)
-        picked = hidden.gather(1, positions.unsqueeze(-1).expand(-1, -1, hidden.shape[-1]))
-        return self.model.logits(picked).float(), targets
+    def _autocast(self):
+        if not self.bf16:
+            return nullcontext()
+        return torch.autocast(self.device.type, dtype=torch.bfloat16)
 
     def training_step(self, batch, batch_idx):
-        logits, targets = self._logits_and_targets(batch)
-        loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=IGNORE)
-        bad = ~torch.isfinite(loss.detach())
-        self.nonfinite = bad if self.nonfinite is None else self.nonfinite | bad
-        self.log("train/loss", loss, on_step=True, on_epoch=False, prog_bar=True)
-        return loss
+        inputs, positions, targets, _ = batch
+        loss = self.step_fn(inputs, positions, targets)
+        self.scheduler.step()
+        if batch_idx % self.trainer.log_every_n_steps == 0:
+            self.log("train/loss", loss.detach().clone(), on_step=True, on_epoch=False, prog_bar=True)
 
     def on_train_epoch_start(self) -> None:
         self.epoch_started = time.perf_counter()
 
     def on_train_epoch_end(self) -> None:
-        if self.nonfinite is not None and bool(self.nonfinite):
+        total = self.step_fn.take_epoch_loss_sum()
+        if total is not None and not bool(torch.isfinite(total)):
             raise Diverged(f"non-finite training loss in epoch {self.current_epoch}")
-        self.nonfinite = None
 
     def on_validation_epoch_start(self) -> None:
         if self.device.type == "cuda":
@@ -65,7 +72,9 @@ class MixerLM(L.LightningModule):
         self.val_sums = torch.zeros(len(self.segment_names), 5, device=self.device, dtype=torch.float64)
 
     def validation_step(self, batch, batch_idx):
-        logits, targets = self._logits_and_targets(batch)
+        inputs, positions, targets, _ = batch
+        with self._autocast():
+            logits = labelled_logits(self.model, self.forward_fn, inputs, positions)
         labelled = targets != IGNORE
         right = (logits.argmax(-1) == targets) & labelled
         loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=IGNORE, reduction="sum")
@@ -97,8 +106,10 @@ class MixerLM(L.LightningModule):
             for name, p in self.model.named_parameters():
                 (decay if p.ndim >= 2 and "embed" not in name else rest).append(p)
             groups = [{"params": decay, "weight_decay": t.weight_decay}, {"params": rest, "weight_decay": 0.0}]
-        fused = self.device.type == "cuda"
-        opt = torch.optim.AdamW(groups, lr=t.lr, betas=tuple(t.betas), fused=fused)
+        cuda = self.device.type == "cuda"
+        graphs = cuda and t.cuda_graphs and not t.compile
+        lr = torch.tensor(t.lr, device=self.device) if graphs else t.lr  # a graph reads lr from memory
+        opt = torch.optim.AdamW(groups, lr=lr, betas=tuple(t.betas), fused=cuda, capturable=graphs)
         total = max(1, t.max_epochs * self.steps_per_epoch)
         warmup = int(t.warmup_epochs * self.steps_per_epoch)
 
@@ -108,5 +119,6 @@ class MixerLM(L.LightningModule):
             progress = min(1.0, (step - warmup) / max(1, total - warmup))
             return t.min_lr_ratio + (1 - t.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
 
-        sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_factor)
-        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(opt, lr_factor)
+        self.step_fn = TrainStep(self.model, self.forward_fn, opt, self.bf16, t.grad_clip, graphs)
+        return opt

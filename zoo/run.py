@@ -59,7 +59,10 @@ def train(cfg: DictConfig, run_dir: Path, device: torch.device | None = None, qu
         record["params"] = sum(p.numel() for p in model.parameters())
         record["state_size"] = model.state_size(max_seq_len(cfg))
         steps = len(DeviceBatches(data.train_segments, cfg.train.batch_size, shuffle=False))
-        lit = MixerLM(cfg, model, [s.name for s in data.test_segments], steps)
+        precision = cfg.train.precision
+        if precision == "auto":
+            precision = "bf16" if device.type == "cuda" else "fp32"
+        lit = MixerLM(cfg, model, [s.name for s in data.test_segments], steps, bf16=precision == "bf16")
 
         loggers = [CSVLogger(run_dir, name="", version="")]
         if "tensorboard" in cfg.train.loggers:
@@ -73,16 +76,13 @@ def train(cfg: DictConfig, run_dir: Path, device: torch.device | None = None, qu
         show_bar = cfg.train.progress_bar and not quiet
         if show_bar:
             callbacks.append(TQDMProgressBar(refresh_rate=max(1, steps // 20)))
-        precision = cfg.train.precision
-        if precision == "auto":
-            precision = "bf16" if device.type == "cuda" else "fp32"
         trainer = L.Trainer(
             accelerator="gpu" if device.type == "cuda" else "cpu", devices=1,
-            precision="bf16-mixed" if precision == "bf16" else "32-true",
+            precision="32-true",  # MixerLM autocasts itself (see zoo.lit)
             max_epochs=cfg.train.max_epochs, logger=loggers, callbacks=callbacks,
             enable_checkpointing=False, enable_progress_bar=show_bar, enable_model_summary=False,
             num_sanity_val_steps=0, log_every_n_steps=max(1, min(50, steps)),
-            gradient_clip_val=cfg.train.grad_clip, default_root_dir=run_dir,
+            default_root_dir=run_dir,
         )
         t1 = time.perf_counter()
         trainer.fit(lit, datamodule=data)
