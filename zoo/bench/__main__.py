@@ -46,6 +46,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--zoology", help="path to a Zoology checkout (the zoology section is skipped without it)")
     parser.add_argument("--epochs", type=int, default=3, help="epochs per timing run (the first is warm-up)")
     parser.add_argument("--runs", default="1,2,4,8", help="concurrent runs for the scaling section")
+    parser.add_argument("--lengths", help="comma list of N to time (default: every N of the sweep)")
+    parser.add_argument("--mixers", help="comma list of mixers to time (default: the sweep's)")
     parser.add_argument("--json", help="also write all numbers to this file")
     args = parser.parse_args(argv)
     sections = args.sections.split(",")
@@ -57,8 +59,10 @@ def main(argv: list[str] | None = None) -> int:
     device = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
     print(f"device: {device}, torch {torch.__version__}")
     sweep = load_sweep(args.sweep)
-    mixers = list(dict.fromkeys(r.cfg.model.mixer for r in sweep.runs))
+    mixers = args.mixers.split(",") if args.mixers else list(dict.fromkeys(r.cfg.model.mixer for r in sweep.runs))
     lengths = sorted({r.cfg.task.params.input_seq_len for r in sweep.runs})
+    if args.lengths:
+        lengths = [n for n in lengths if str(n) in args.lengths.split(",")]
     widths = sorted({r.cfg.model.d_model for r in sweep.runs})
     ref_n = 256 if 256 in lengths else lengths[0]  # the reference cell: Zoology's N=256, d=128
     ref_d = 128 if 128 in widths else widths[0]
