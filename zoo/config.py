@@ -62,7 +62,7 @@ class TrainConfig:
     early_stop_accuracy: Optional[float] = 0.99  # None: always run max_epochs
     precision: str = "auto"  # auto: bf16 autocast on GPU, fp32 on CPU
     compile: bool = False  # torch.compile the model
-    cuda_graphs: bool = True  # on GPU, replay each training step from a CUDA graph (off when compile is on)
+    cuda_graphs: bool = False  # on GPU, replay each training step from a CUDA graph (off when compile is on)
     loggers: list = field(default_factory=lambda: ["csv"])
     progress_bar: bool = True
 
