@@ -11,13 +11,13 @@ eager and compiled PyTorch, in GB/s next to a device-to-device copy.
 from __future__ import annotations
 
 import argparse
-import importlib
 
 import torch
 import torch.nn.functional as F
 
 from kernels.gatedfwa import gate_cumsum, gated_window_attention
 from kernels.gatedfwa.naive import gate_cumsum_ref
+from zoo.optional import optional_import
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
@@ -83,12 +83,12 @@ def attention_rows(B, H, T, D, window, dtype):
     except Exception as err:  # a peer failing must not hide the other rows
         rows["FlexAttention"] = f"failed: {type(err).__name__}: {str(err)[:80]}"
 
-    try:
-        fla_attn = importlib.import_module("fla.ops.attn")
+    fla_attn = optional_import("fla.ops.attn", "kernels.bench skips the fla parallel_attn row")
+    if fla_attn is None:
+        rows["fla parallel_attn"] = "skipped: flash-linear-attention (fla.ops.attn) not importable"
+    else:
         rows["fla parallel_attn"] = pair(lambda: fla_attn.parallel_attn(q, k, v, g=-alpha, window_size=window),
                                          (q, k, v, alpha), do)
-    except ImportError as err:
-        rows["fla parallel_attn"] = f"skipped: flash-linear-attention not installed ({err})"
     rows["SDPA causal, full, no gate"] = pair(sdpa_fwd, (qt, kt, vt), do_t)
     return rows
 
