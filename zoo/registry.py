@@ -18,38 +18,59 @@ from torch import nn
 
 from zoo.errors import ConfigError
 
-_MIXERS: dict[str, type[nn.Module]] = {}
+class Registry:
+    """Names -> classes for one kind of component (mixers, tasks), filled by a class decorator.
+
+    Args:
+        kind: what the names are of, for error messages.
+        key: the config key that names one (``ConfigError`` cites it).
+        builtins: modules whose import registers the built-in components.
+    """
+
+    def __init__(self, kind: str, key: str, builtins: tuple[str, ...]):
+        self.kind, self.key, self.builtins = kind, key, builtins
+        self._classes: dict[str, type] = {}
+
+    def register(self, name: str):
+        def decorate(cls):
+            if name in self._classes and self._classes[name] is not cls:
+                raise ValueError(f"{self.kind} {name!r} is already registered by {self._classes[name].__qualname__}")
+            self._classes[name] = cls
+            return cls
+
+        return decorate
+
+    def _load_builtins(self) -> None:
+        for module in self.builtins:
+            importlib.import_module(module)
+
+    def names(self) -> list[str]:
+        self._load_builtins()
+        return sorted(self._classes)
+
+    def get(self, name: str) -> type:
+        self._load_builtins()
+        if name not in self._classes:
+            raise ConfigError(self.key, name, list(self._classes))
+        return self._classes[name]
+
+
+MIXERS = Registry("mixer", "model.mixer", ("zoo.mixers",))
 
 
 def register_mixer(name: str):
     """Class decorator that registers a sequence mixer under ``name``."""
-
-    def decorate(cls):
-        if name in _MIXERS and _MIXERS[name] is not cls:
-            raise ValueError(f"mixer {name!r} is already registered by {_MIXERS[name].__qualname__}")
-        _MIXERS[name] = cls
-        cls.mixer_name = name
-        return cls
-
-    return decorate
-
-
-def _load_builtin_mixers() -> None:
-    importlib.import_module("zoo.mixers")
+    return MIXERS.register(name)
 
 
 def list_mixers() -> list[str]:
     """Names of all registered mixers, sorted."""
-    _load_builtin_mixers()
-    return sorted(_MIXERS)
+    return MIXERS.names()
 
 
 def get_mixer(name: str) -> type[nn.Module]:
     """The mixer class registered as ``name`` (user modules listed in a config's ``imports`` register too)."""
-    _load_builtin_mixers()
-    if name not in _MIXERS:
-        raise ConfigError("model.mixer", name, list(_MIXERS))
-    return _MIXERS[name]
+    return MIXERS.get(name)
 
 
 def check_mixer_kwargs(name: str, kwargs: dict, key: str = "model.mixer_kwargs") -> None:
