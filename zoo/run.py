@@ -131,12 +131,13 @@ def load_config(path: str | None, overrides: list[str]) -> DictConfig:
 
 def main(argv: list[str] | None = None) -> int:
     from zoo.errors import ConfigError
-    from zoo.results import write_json_atomic
+    from zoo.results import FINAL, read_result, write_json_atomic
 
     parser = argparse.ArgumentParser(prog="python -m zoo.run", description=__doc__.splitlines()[0])
     parser.add_argument("args", nargs="*", metavar="[config.yaml] key=value",
                         help="a run config YAML (defaults if omitted), then omegaconf dotlist overrides")
     parser.add_argument("--out", default="outputs/runs", help="folder for the run's logs and result.json")
+    parser.add_argument("--force", action="store_true", help="train again even if this config already finished")
     args = parser.parse_intermixed_args(argv)
     path = args.args[0] if args.args and "=" not in args.args[0] else None
     try:
@@ -145,6 +146,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     run_dir = Path(args.out) / run_id(cfg)
+    finished = read_result(run_dir)
+    if finished and finished.get("status") in FINAL and not args.force:
+        print(f"already {finished['status']}: accuracy {finished.get('accuracy', float('nan')):.4f} -> {run_dir} "
+              "(--force trains it again)")
+        return 0
     run_dir.mkdir(parents=True, exist_ok=True)
     OmegaConf.save(cfg, run_dir / "config.yaml")
     record = train(cfg, run_dir)
