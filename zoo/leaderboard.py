@@ -55,7 +55,8 @@ def plot_recall_grid(board: pd.DataFrame, path: Path) -> None:
 
     tasks = sorted(board["task"].unique())
     lengths = sorted(board["seq_len"].unique())
-    fig, axes = plt.subplots(len(tasks), len(lengths), figsize=(4 * len(lengths), 3.2 * len(tasks)),
+    colour = {m: f"C{i % 10}" for i, m in enumerate(sorted(board["mixer"].unique()))}  # same colour in every panel
+    fig, axes = plt.subplots(len(tasks), len(lengths), figsize=(max(6.0, 4 * len(lengths)), 3.2 * len(tasks) + 0.8),
                              squeeze=False, sharey=True)
     for row, task in enumerate(tasks):
         for col, n in enumerate(lengths):
@@ -63,7 +64,7 @@ def plot_recall_grid(board: pd.DataFrame, path: Path) -> None:
             cell = board[(board["task"] == task) & (board["seq_len"] == n)]
             for mixer, group in cell.groupby("mixer"):
                 group = group.sort_values("d_model")
-                ax.plot(group["d_model"], group["accuracy"], marker="o", label=mixer)
+                ax.plot(group["d_model"], group["accuracy"], marker="o", label=mixer, color=colour[mixer])
             ax.set_xscale("log", base=2)
             ax.set_title(f"{task}, N={n}")
             ax.set_xlabel("model dimension")
@@ -76,8 +77,10 @@ def plot_recall_grid(board: pd.DataFrame, path: Path) -> None:
             if lab not in labels:
                 handles.append(h)
                 labels.append(lab)
-    fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 8), frameon=False)
-    fig.tight_layout(rect=(0, 0.08, 1, 1))
+    ncol = min(len(labels), 3 * len(lengths))
+    rows = -(-len(labels) // ncol)
+    fig.legend(handles, labels, loc="lower center", ncol=ncol, frameon=False)
+    fig.tight_layout(rect=(0, 0.07 * rows / len(tasks), 1, 1))
     fig.savefig(path, dpi=120)
     plt.close(fig)
 
