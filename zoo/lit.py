@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 import time
-from contextlib import nullcontext
 
 import lightning as L
 import torch
@@ -18,7 +17,7 @@ from omegaconf import DictConfig
 
 from zoo.data import IGNORE
 from zoo.model import LanguageModel
-from zoo.step import TrainStep, labelled_logits
+from zoo.step import TrainStep, autocast_bf16, labelled_logits
 
 
 class Diverged(RuntimeError):
@@ -44,11 +43,6 @@ class MixerLM(L.LightningModule):
         self.step_fn: TrainStep | None = None
         self.history: list[dict] = []  # one dict of validation metrics per epoch
 
-    def _autocast(self):
-        if not self.bf16:
-            return nullcontext()
-        return torch.autocast(self.device.type, dtype=torch.bfloat16)
-
     def training_step(self, batch, batch_idx):
         inputs, positions, targets, _ = batch
         loss = self.step_fn(inputs, positions, targets)
@@ -73,7 +67,7 @@ class MixerLM(L.LightningModule):
 
     def validation_step(self, batch, batch_idx):
         inputs, positions, targets, _ = batch
-        with self._autocast():
+        with autocast_bf16(self.device, self.bf16):
             logits = labelled_logits(self.model, self.forward_fn, inputs, positions)
         labelled = targets != IGNORE
         right = (logits.argmax(-1) == targets) & labelled

@@ -21,6 +21,13 @@ from zoo.data import IGNORE
 WARMUP_STEPS = 3  # eager steps per new shape before recording (lets cuBLAS/cuDNN pick and allocate)
 
 
+def autocast_bf16(device: torch.device, enabled: bool):
+    """bf16 autocast on ``device`` (without its weight cache, which CUDA graphs cannot hold), or nothing."""
+    if not enabled:
+        return nullcontext()
+    return torch.autocast(device.type, dtype=torch.bfloat16, cache_enabled=False)
+
+
 def labelled_logits(model, forward: Callable, inputs, positions) -> torch.Tensor:
     """Logits (B, K, V) in fp32 at the labelled ``positions`` only."""
     hidden = forward(inputs)
@@ -48,13 +55,8 @@ class TrainStep:
         self.seen: dict[tuple, int] = {}
         self.pool = None
 
-    def _autocast(self, device: torch.device):
-        if not self.bf16:
-            return nullcontext()
-        return torch.autocast(device.type, dtype=torch.bfloat16, cache_enabled=False)
-
     def _eager(self, inputs, positions, targets) -> torch.Tensor:
-        with self._autocast(inputs.device):
+        with autocast_bf16(inputs.device, self.bf16):
             logits = labelled_logits(self.model, self.forward, inputs, positions)
         loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=IGNORE)
         loss.backward()
