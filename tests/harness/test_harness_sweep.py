@@ -78,13 +78,19 @@ def test_second_sweep_on_same_folder_is_refused(write_sweep, tmp_path, capsys):
     assert not (tmp_path / "out" / "results.jsonl").exists()
 
 
+def _default_sigint() -> None:
+    """A test runner started in the background ignores SIGINT, and its children inherit that; undo it."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT])
 def test_killed_sweep_resumes_without_duplicates(write_sweep, tmp_path, sig):
     path = write_sweep(grid={"model.mixer": ["softmax", "swa", "gatedfwa", "softmax"],
                              "model.d_model": [16, 24]})  # 6 distinct runs (softmax twice dedups)
     out = tmp_path / "out"
     proc = subprocess.Popen([sys.executable, "-m", "zoo.sweep", str(path)], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": os.getcwd()})
+                            stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": os.getcwd()},
+                            preexec_fn=_default_sigint)
     deadline = time.time() + 120
     while len(read_jsonl(out / "results.jsonl")) < 2 and time.time() < deadline:
         time.sleep(0.2)
