@@ -90,7 +90,13 @@ class TrainStep:
                     loss = self._eager(inputs, positions, targets)
                 torch.cuda.current_stream().wait_stream(side)
                 return loss
-            self._record(key, inputs, positions, targets)
+            try:
+                self._record(key, inputs, positions, targets)
+            except RuntimeError as err:  # a mixer that syncs with the host or allocates per call
+                print(f"zoo: CUDA graph capture failed, training eagerly ({str(err).splitlines()[0]})")
+                self.graphs = False
+                torch.cuda.synchronize()
+                return self._eager(inputs, positions, targets)
         graph, static, loss = self.recorded[key]
         for buffer, value in zip(static, (inputs, positions, targets)):
             buffer.copy_(value)

@@ -80,13 +80,14 @@ def main(argv: list[str] | None = None) -> int:
         from zoo.bench.zoology_peer import zoology_attention_epoch
 
         base = _pick(sweep, "softmax", 256, 128)
-        zoo_bf16 = time_run(timing_config(base, args.epochs))
-        zoo_fp32 = time_run(timing_config(base, args.epochs, precision="fp32"))
-        peer = zoology_attention_epoch(args.zoology, lr=TIMING_LR)
-        out["zoology"] = {"zoology": peer, "zoo_bf16": zoo_bf16, "zoo_fp32": zoo_fp32}
+        modes = {"zoo fp32": {"precision": "fp32"}, "zoo bf16": {"cuda_graphs": False},
+                 "zoo bf16 graphs": {"cuda_graphs": True}, "zoo bf16 compile": {"compile": True}}
+        ours = {name: time_run(timing_config(base, args.epochs, **train)) for name, train in modes.items()}
+        peer = zoology_attention_epoch(args.zoology, lr=TIMING_LR, epochs=args.epochs)
+        out["zoology"] = {"zoology fp32": peer, **ours}
         rows = [[name, r["data_s"], r["epoch_s"], peer["epoch_s"] / r["epoch_s"], peer["data_s"] / r["data_s"],
                  " ".join(map(str, r["accuracy"]))]
-                for name, r in (("zoology fp32", peer), ("zoo fp32", zoo_fp32), ("zoo bf16", zoo_bf16))]
+                for name, r in out["zoology"].items() if r["status"] == "completed"]
         print(_table("MQAR N=256 kv=16 d=128 batch 256, 100k/3k, attention (Zoology's figure-2 config)",
                      ["", "data s", "epoch s", "x epoch", "x data", "val acc per epoch"], rows), flush=True)
 
