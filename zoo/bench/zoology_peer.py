@@ -30,10 +30,12 @@ def _import_zoology(path: str | None):
 
 def zoology_attention_epoch(path: str | None, seq_len: int = 256, kv: int = 16, d_model: int = 128,
                             batch: int = 256, num_train: int = 100_000, num_test: int = 3_000,
-                            epochs: int = 2, lr: float = 2.1544e-3) -> dict:
+                            epochs: int = 2, lr: float = 2.1544e-3, device: str | None = None) -> dict:
     """Zoology's figure-2 attention run (1 head, learned positions, fp32): data seconds, epoch seconds,
     and validation accuracy after each epoch."""
     config, model_mod, train_mod, mqar, utils = _import_zoology(path)
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     seg = dict(vocab_size=8192, input_seq_len=seq_len, num_kv_pairs=kv, random_non_queries=False, power_a=0.01)
     data = config.DataConfig(train_configs=[mqar.MQARConfig(num_examples=num_train, **seg)],
                              test_configs=[mqar.MQARConfig(num_examples=num_test, **seg)], batch_size=batch)
@@ -46,18 +48,18 @@ def zoology_attention_epoch(path: str | None, seq_len: int = 256, kv: int = 16, 
                               state_mixer=config.ModuleConfig(name="torch.nn.Identity", kwargs={}))
     trainer = train_mod.Trainer(model=model_mod.LanguageModel(mcfg), train_dataloader=train_dl,
                                 test_dataloader=test_dl, max_epochs=epochs, learning_rate=lr,
-                                logger=types.SimpleNamespace(log=lambda *a, **k: None), device="cuda")
+                                logger=types.SimpleNamespace(log=lambda *a, **k: None), device=device)
     # the set-up lines of Trainer.fit, so that each epoch can be timed on its own
-    trainer.model.to("cuda")
+    trainer.model.to(device)
     trainer.loss_fn = torch.nn.CrossEntropyLoss()
     trainer.optimizer = torch.optim.AdamW(trainer.model.parameters(), lr=lr, weight_decay=0.1)
     trainer.scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(trainer.optimizer, T_max=epochs)
     epoch_s, accuracy = [], []
     for epoch in range(epochs):
-        torch.cuda.synchronize()
+        sync()
         t = time.perf_counter()
         trainer.train_epoch(epoch)
-        torch.cuda.synchronize()
+        sync()
         epoch_s.append(time.perf_counter() - t)
         accuracy.append(round(float(trainer.test(epoch)["valid/accuracy"]), 4))
         trainer.scheduler.step()
