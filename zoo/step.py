@@ -64,7 +64,8 @@ class TrainStep:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip, foreach=True)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=not self.graphs)
-        self.loss_sum.add_(loss.detach())
+        loss = loss.detach()
+        self.loss_sum.add_(loss)
         return loss
 
     def _record(self, key, inputs, positions, targets):
