@@ -70,11 +70,12 @@ def main(argv: list[str] | None = None) -> int:
     t_start = time.time()
 
     if "steps" in sections:
-        from zoo.bench.step import format_table, step_times
+        from zoo.bench.step import HEADER, format_row, step_times
 
-        rows = step_times(mixers + [m for m in ("mamba2", "rwkv7") if m not in mixers])
+        print(HEADER, flush=True)
+        rows = step_times(mixers + [m for m in ("mamba2", "rwkv7") if m not in mixers],
+                          on_row=lambda row: print(format_row(row), flush=True))
         out["steps"] = rows
-        print(format_table(rows), flush=True)
 
     if "zoology" in sections and args.zoology:
         from zoo.bench.zoology_peer import zoology_attention_epoch

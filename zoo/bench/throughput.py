@@ -19,6 +19,29 @@ from omegaconf import DictConfig, OmegaConf
 
 from zoo.config import make_run_config
 
+FIGURE2_SHAPE = {"task.params.input_seq_len": 256, "task.params.num_kv_pairs": 16, "train.batch_size": 256}
+TIMING_LR = 2.1544e-3
+
+
+def cell_config(mixer: str, shape: dict, d_model: int, lr: float = TIMING_LR,
+                sweep: str | Path = "sweeps/mqar.yaml") -> DictConfig:
+    """One run config of a sweep file: its ``base`` and the mixer's ``mixer_kwargs``, plus the given
+    mixer, shape settings (``{dotted key: value}``), width and lr; built without expanding the grid."""
+    spec = OmegaConf.load(sweep)
+    raw = OmegaConf.create(OmegaConf.to_container(spec.base))
+    settings = {"model.mixer": mixer, "model.d_model": d_model, "train.lr": lr, **shape}
+    for key, value in settings.items():
+        OmegaConf.update(raw, key, value, merge=False)
+    kwargs = (spec.get("mixer_kwargs") or {}).get(mixer)
+    if kwargs is not None:
+        OmegaConf.update(raw, "model.mixer_kwargs", kwargs, merge=False)
+    return make_run_config(raw)
+
+
+def figure2_config(mixer: str) -> DictConfig:
+    """Zoology's figure-2 reference cell (MQAR N=256, kv=16, d_model=128, batch 256) for ``mixer``."""
+    return cell_config(mixer, FIGURE2_SHAPE, 128)
+
 
 def timing_config(cfg: DictConfig, epochs: int, **train) -> DictConfig:
     """``cfg`` with early stopping off, ``epochs`` epochs, quiet, plus ``train`` overrides."""

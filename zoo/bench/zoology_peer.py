@@ -8,6 +8,8 @@ breaks its own cross-entropy training path. Its own functions do the work:
 """
 from __future__ import annotations
 
+import importlib.machinery
+import importlib.util
 import sys
 import time
 import types
@@ -16,15 +18,21 @@ import torch
 
 
 def _import_zoology(path: str | None):
+    """Zoology's modules. zoology.logger imports wandb, which we never use: without wandb installed a
+    stand-in module is present only while Zoology is imported, then removed again, so that packages
+    that probe for wandb later in this process (Lightning does) still see that it is missing."""
     if path:
         sys.path.insert(0, path)
+    stub = importlib.util.find_spec("wandb") is None
+    if stub:
+        sys.modules["wandb"] = types.ModuleType("wandb")
+        sys.modules["wandb"].__spec__ = importlib.machinery.ModuleSpec("wandb", None)
     try:
-        import wandb  # noqa: F401
-    except ImportError:
-        sys.modules["wandb"] = types.ModuleType("wandb")  # zoology.logger imports it; we never log
-    from zoology import config, model, train
-    from zoology.data import multiquery_ar, utils
-
+        from zoology import config, model, train
+        from zoology.data import multiquery_ar, utils
+    finally:
+        if stub:
+            del sys.modules["wandb"]
     return config, model, train, multiquery_ar, utils
 
 
@@ -63,4 +71,5 @@ def zoology_attention_epoch(path: str | None, seq_len: int = 256, kv: int = 16, 
         epoch_s.append(time.perf_counter() - t)
         accuracy.append(round(float(trainer.test(epoch)["valid/accuracy"]), 4))
         trainer.scheduler.step()
-    return {"data_s": data_s, "epoch_s": epoch_s[-1], "first_epoch_s": epoch_s[0], "accuracy": accuracy}
+    return {"status": "completed", "data_s": data_s, "epoch_s": epoch_s[-1], "first_epoch_s": epoch_s[0],
+            "accuracy": accuracy}

@@ -1,0 +1,84 @@
+"""How busy is the GPU during training? ``python -m zoo.bench.profile [--mixers softmax gatedfwa] [--graphs on|off|both]``.
+
+Trains one epoch of the figure-2 MQAR cell (N=256, kv=16, d_model=128, batch 256, 100k examples) with
+the real training path (``zoo.run.train``) under ``torch.profiler``, after a warm-up run of the same
+config (Triton compilation, cuBLAS heuristics, graph capture). Reports the wall time of the profiled
+run, the time the GPU spent running kernels (the union of their intervals, so overlapping kernels
+count once), their ratio (the GPU-busy fraction), kernels per training step and the top kernels.
+"""
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from zoo.bench.throughput import figure2_config, timing_config
+
+
+def busy_seconds(intervals: list[tuple[float, float]]) -> float:
+    """Length of the union of ``[start, end)`` intervals (microseconds in, seconds out)."""
+    total, end = 0.0, float("-inf")
+    for s, e in sorted(intervals):
+        if s > end:
+            total += e - s
+            end = e
+        elif e > end:
+            total += e - end
+            end = e
+    return total / 1e6
+
+
+def profile_run(mixer: str, graphs: bool, epochs: int = 1) -> dict:
+    from torch.profiler import ProfilerActivity, profile
+
+    from zoo.run import train
+
+    cfg = timing_config(figure2_config(mixer), epochs, cuda_graphs=graphs)
+    with tempfile.TemporaryDirectory() as tmp:
+        train(cfg, Path(tmp) / "warm", quiet=True)
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            t0 = time.perf_counter()
+            record = train(cfg, Path(tmp) / "run", quiet=True)
+            torch.cuda.synchronize()
+            wall = time.perf_counter() - t0
+    kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    busy = busy_seconds([(e.time_range.start, e.time_range.end) for e in kernels])
+    by_name: dict[str, float] = {}
+    for e in kernels:
+        by_name[e.name] = by_name.get(e.name, 0.0) + e.time_range.elapsed_us() / 1e6
+    steps = -(-cfg.task.train[0].num_examples // cfg.train.batch_size) * epochs
+    top = sorted(by_name.items(), key=lambda kv: -kv[1])[:8]
+    return {"mixer": mixer, "graphs": graphs, "status": record["status"], "wall_s": wall,
+            "epoch_s": record["history"][-1]["train_seconds"] if record["history"] else float("nan"),
+            "gpu_busy_s": busy, "busy_fraction": busy / wall, "kernels_per_step": len(kernels) / steps,
+            "top": [(name[:60], round(s, 4)) for name, s in top]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m zoo.bench.profile", description=__doc__.splitlines()[0])
+    parser.add_argument("--mixers", nargs="+", default=["softmax"])
+    parser.add_argument("--graphs", choices=("on", "off", "both"), default="both")
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("error: --device cuda is required: the profile reads GPU kernel times")
+        return 2
+    print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}; one epoch of MQAR N=256 kv=16 "
+          "d=128 batch 256 (391 steps + validation), after a warm-up run")
+    modes = {"on": [True], "off": [False], "both": [False, True]}[args.graphs]
+    for mixer in args.mixers:
+        for graphs in modes:
+            r = profile_run(mixer, graphs)
+            print(f"{mixer:<9} graphs={'on ' if graphs else 'off'} wall {r['wall_s']:.3f} s (epoch {r['epoch_s']:.3f} s)"
+                  f"  GPU busy {r['gpu_busy_s']:.3f} s = {100 * r['busy_fraction']:.0f}%"
+                  f"  kernels/step {r['kernels_per_step']:.0f}  [{r['status']}]", flush=True)
+            for name, s in r["top"]:
+                print(f"    {s:8.4f} s  {name}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
