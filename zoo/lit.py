@@ -1,9 +1,13 @@
-"""The LightningModule: next-token loss at labelled positions, accuracy per test segment.
+"""The LightningModule: next-token loss at labelled positions, accuracy per test segment, for a group
+of models trained side by side (the runs of one cell that differ only in learning rate; see zoo.step).
 
 A batch is (inputs (B, N), positions (B, K), targets (B, K), segment index); see ``zoo.data``.
 Accuracy counts labelled positions only, argmax over the full vocabulary; sequence accuracy counts
-examples whose labelled positions are all right. Metrics accumulate on the device and are read
-once per validation epoch, so training steps never wait for the host.
+examples whose labelled positions are all right. Metrics accumulate on the device and are read once
+per validation epoch, so training steps never wait for the host.
+
+Each member keeps its own history, early stop, divergence and time limit, exactly as if trained alone:
+a member that stops is no longer trained or evaluated, and the fit ends when no member is left.
 """
 from __future__ import annotations
 
@@ -14,105 +18,125 @@ import lightning as L
 import torch
 import torch.nn.functional as F
 from omegaconf import DictConfig
+from torch import nn
 
 from zoo.data import IGNORE
-from zoo.model import LanguageModel
-from zoo.step import TrainStep, autocast_bf16, labelled_logits
-
-
-class Diverged(RuntimeError):
-    """Training produced a non-finite loss."""
+from zoo.step import Member, TrainStep, autocast_bf16, build_optimizer, labelled_logits, lr_factor
 
 
 class MixerLM(L.LightningModule):
-    """Wraps ``LanguageModel`` with the optimiser, schedule and metrics of one run config.
+    """Wraps G ``LanguageModel``s with the optimisers, schedules and metrics of their run configs.
 
-    Optimisation is manual: each training step is one ``zoo.step.TrainStep`` call (a CUDA-graph
-    replay on GPU when ``train.cuda_graphs``), then one scheduler step. bf16 autocast is ours too, so
-    the Trainer runs at "32-true" precision and adds nothing per step.
+    Optimisation is manual: each training step is one ``zoo.step.TrainStep`` call for the whole group
+    (a CUDA-graph replay on GPU when ``train.cuda_graphs``), then one scheduler step per member. bf16
+    autocast is ours too, so the Trainer runs at "32-true" precision and adds nothing per step.
+
+    Args:
+        cfgs: one run config per member, equal except for ``train.lr`` (and the run id).
+        models: the members' models, built under each member's seed.
+        on_epoch: ``on_epoch(i, metrics)`` after member ``i``'s validation (writes its logs).
     """
 
-    def __init__(self, cfg: DictConfig, model: LanguageModel, segment_names: list[str], steps_per_epoch: int,
-                 bf16: bool):
+    def __init__(self, cfgs: list[DictConfig], models: list[nn.Module], segment_names: list[str],
+                 steps_per_epoch: int, bf16: bool, on_epoch=None):
         super().__init__()
         self.automatic_optimization = False
-        self.cfg, self.model, self.bf16 = cfg, model, bf16
+        self.cfgs, self.models, self.bf16 = cfgs, nn.ModuleList(models), bf16
+        self.train_cfg = cfgs[0].train
         self.segment_names = segment_names
         self.steps_per_epoch = steps_per_epoch
-        self.forward_fn = torch.compile(model) if cfg.train.compile else model
+        self.on_epoch = on_epoch
+        self.forwards = [torch.compile(m) if self.train_cfg.compile else m for m in models]
         self.step_fn: TrainStep | None = None
-        self.history: list[dict] = []  # one dict of validation metrics per epoch
+        self.histories: list[list[dict]] = [[] for _ in models]  # validation metrics per epoch, per member
+        self.outcomes: list[tuple[str, str] | None] = [None] * len(models)  # (status, reason) once stopped
+        self.started = time.perf_counter()
+
+    def _stop(self, i: int, status: str, reason: str) -> None:
+        self.outcomes[i] = (status, reason)
+        self.step_fn.deactivate(i)
+        if all(o is not None for o in self.outcomes):
+            self.trainer.should_stop = True
 
     def training_step(self, batch, batch_idx):
         inputs, positions, targets, _ = batch
-        loss = self.step_fn(inputs, positions, targets)
-        self.scheduler.step()
-        if batch_idx % self.trainer.log_every_n_steps == 0:
-            self.log("train/loss", loss.detach().clone(), on_step=True, on_epoch=False, prog_bar=True)
+        self.step_fn(inputs, positions, targets)
+        for i, scheduler in enumerate(self.schedulers_):
+            if self.outcomes[i] is None:
+                scheduler.step()
 
     def on_train_epoch_start(self) -> None:
         self.epoch_started = time.perf_counter()
-
-    def on_train_epoch_end(self) -> None:
-        total = self.step_fn.take_epoch_loss_sum()
-        if total is not None and not bool(torch.isfinite(total)):
-            raise Diverged(f"non-finite training loss in epoch {self.current_epoch}")
 
     def on_validation_epoch_start(self) -> None:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)  # once per epoch, so the epoch's time is the GPU's time
         self.epoch_seconds = time.perf_counter() - self.epoch_started
-        # per segment: [loss sum, correct tokens, labelled tokens, correct sequences, sequences]
-        self.val_sums = torch.zeros(len(self.segment_names), 5, device=self.device, dtype=torch.float64)
+        # Lightning validates before on_train_epoch_end, so the epoch's losses are read here
+        self.train_loss = (self.step_fn.take_epoch_loss_sums() / self.steps_per_epoch).tolist()
+        for i, loss in enumerate(self.train_loss):
+            if self.outcomes[i] is None and not math.isfinite(loss):
+                self._stop(i, "diverged", f"non-finite training loss in epoch {self.current_epoch}")
+        # per member and segment: [loss sum, correct tokens, labelled tokens, correct sequences, sequences]
+        self.val_sums = torch.zeros(len(self.models), len(self.segment_names), 5, device=self.device,
+                                    dtype=torch.float64)
 
     def validation_step(self, batch, batch_idx):
-        inputs, positions, targets, _ = batch
-        with autocast_bf16(self.device, self.bf16):
-            logits = labelled_logits(self.model, self.forward_fn, inputs, positions)
+        inputs, positions, targets, segment = batch
         labelled = targets != IGNORE
-        right = (logits.argmax(-1) == targets) & labelled
-        loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=IGNORE, reduction="sum")
-        row = torch.stack([loss.double(), right.sum().double(), labelled.sum().double(),
-                           (right == labelled).all(1).sum().double(), torch.tensor(len(targets), device=self.device,
-                                                                                    dtype=torch.float64)])
-        self.val_sums[batch[3]] += row
+        for i, (model, forward) in enumerate(zip(self.models, self.forwards)):
+            if self.outcomes[i] is not None:
+                continue
+            with autocast_bf16(self.device, self.bf16):
+                logits = labelled_logits(model, forward, inputs, positions)
+            right = (logits.argmax(-1) == targets) & labelled
+            loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=IGNORE, reduction="sum")
+            row = torch.stack([loss.double(), right.sum().double(), labelled.sum().double(),
+                               (right == labelled).all(1).sum().double(),
+                               torch.full((), len(targets), device=self.device, dtype=torch.float64)])
+            self.val_sums[i, segment] += row
 
     def on_validation_epoch_end(self) -> None:
-        sums = self.val_sums.cpu()
-        total = sums.sum(0)
-        metrics = {"val/loss": total[0] / total[2], "val/acc": total[1] / total[2], "val/seq_acc": total[3] / total[4]}
-        if len(self.segment_names) > 1:
-            for name, s in zip(self.segment_names, sums):
-                metrics[f"val/acc/{name}"] = s[1] / s[2]
-        metrics = {k: float(v) for k, v in metrics.items()}
-        self.log_dict(metrics, prog_bar=False)
-        self.log("val_acc", metrics["val/acc"], prog_bar=True)  # short name for the progress bar
-        if not self.trainer.sanity_checking:
-            self.history.append({"epoch": self.current_epoch, **metrics,
-                                 "train_seconds": getattr(self, "epoch_seconds", None)})
+        if self.trainer.sanity_checking:
+            return
+        all_sums = self.val_sums.cpu()
+        t = self.train_cfg
+        for i, sums in enumerate(all_sums):
+            if self.outcomes[i] is not None:  # stopped before this validation: not evaluated
+                continue
+            total = sums.sum(0)
+            metrics = {"val/loss": total[0] / total[2], "val/acc": total[1] / total[2],
+                       "val/seq_acc": total[3] / total[4]}
+            if len(self.segment_names) > 1:
+                for name, s in zip(self.segment_names, sums):
+                    metrics[f"val/acc/{name}"] = s[1] / s[2]
+            metrics = {k: float(v) for k, v in metrics.items()}
+            entry = {"epoch": self.current_epoch, **metrics, "train_seconds": self.epoch_seconds,
+                     "train/loss": self.train_loss[i]}
+            self.histories[i].append(entry)
+            if self.on_epoch is not None:
+                self.on_epoch(i, entry)
+            if not math.isfinite(metrics["val/loss"]):
+                self._stop(i, "diverged", f"non-finite validation loss in epoch {self.current_epoch}")
+            elif t.early_stop_accuracy is not None and metrics["val/acc"] >= t.early_stop_accuracy:
+                self._stop(i, "completed", f"reached accuracy {t.early_stop_accuracy}")
+        if len(self.models) == 1 and self.histories[0]:
+            self.log("val_acc", self.histories[0][-1]["val/acc"], prog_bar=True)  # for the progress bar
+        timeout = t.get("timeout")
+        if timeout is not None and time.perf_counter() - self.started > timeout:
+            for i, outcome in enumerate(self.outcomes):
+                if outcome is None:
+                    self._stop(i, "timeout", f"train.timeout={timeout} s reached after epoch {self.current_epoch}")
 
     def configure_optimizers(self):
-        t = self.cfg.train
-        if t.decay_params == "all":
-            groups = [{"params": list(self.model.parameters()), "weight_decay": t.weight_decay}]
-        else:  # "matrices": decay weight matrices only, not biases, norms or embeddings
-            decay, rest = [], []
-            for name, p in self.model.named_parameters():
-                (decay if p.ndim >= 2 and "embed" not in name else rest).append(p)
-            groups = [{"params": decay, "weight_decay": t.weight_decay}, {"params": rest, "weight_decay": 0.0}]
+        t = self.train_cfg
         cuda = self.device.type == "cuda"
         graphs = cuda and t.cuda_graphs and not t.compile
-        lr = torch.tensor(t.lr, device=self.device) if graphs else t.lr  # a graph reads lr from memory
-        opt = torch.optim.AdamW(groups, lr=lr, betas=tuple(t.betas), fused=cuda, capturable=graphs)
-        total = max(1, t.max_epochs * self.steps_per_epoch)
-        warmup = int(t.warmup_epochs * self.steps_per_epoch)
-
-        def lr_factor(step: int) -> float:
-            if step < warmup:
-                return (step + 1) / warmup
-            progress = min(1.0, (step - warmup) / max(1, total - warmup))
-            return t.min_lr_ratio + (1 - t.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
-
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(opt, lr_factor)
-        self.step_fn = TrainStep(self.model, self.forward_fn, opt, self.bf16, t.grad_clip, graphs)
-        return opt
+        members = []
+        self.schedulers_ = []
+        for cfg, model, forward in zip(self.cfgs, self.models, self.forwards):
+            opt = build_optimizer(model, cfg.train, cuda, graphs)
+            self.schedulers_.append(torch.optim.lr_scheduler.LambdaLR(opt, lr_factor(cfg.train, self.steps_per_epoch)))
+            members.append(Member(model, forward, opt))
+        self.step_fn = TrainStep(members, self.bf16, t.grad_clip, graphs)
+        return [m.optimizer for m in members]

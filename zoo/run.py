@@ -30,20 +30,39 @@ def summary_fields(cfg: DictConfig) -> dict:
             "task_params": first, "seed": cfg.seed}
 
 
-def train(cfg: DictConfig, run_dir: Path, device: torch.device | None = None, quiet: bool = False) -> dict:
-    """Train ``cfg`` with Lightning, writing logs under ``run_dir``; return the result record."""
-    import lightning as L
-    from lightning.pytorch.callbacks import EarlyStopping, TQDMProgressBar
+def _member_loggers(cfg: DictConfig, run_dir: Path, rid: str) -> list:
+    """The loggers of one run: metrics.csv always, TensorBoard and wandb when the config asks."""
     from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger, WandbLogger
 
+    loggers = [CSVLogger(run_dir, name="", version="")]
+    if "tensorboard" in cfg.train.loggers:
+        loggers.append(TensorBoardLogger(run_dir, name="tb", version=""))
+    if "wandb" in cfg.train.loggers:
+        loggers.append(WandbLogger(save_dir=run_dir, name=rid, config=to_plain(cfg)))
+    return loggers
+
+
+def train(cfg: DictConfig, run_dir: Path, device: torch.device | None = None, quiet: bool = False) -> dict:
+    """Train ``cfg`` with Lightning, writing logs under ``run_dir``; return the result record."""
+    return train_group([cfg], [run_dir], device, quiet)[0]
+
+
+def train_group(cfgs: list[DictConfig], run_dirs: list[Path], device: torch.device | None = None,
+                quiet: bool = False) -> list[dict]:
+    """Train runs that differ only in ``train.lr`` side by side on one data stream (see ``zoo.step``);
+    return one result record per run, each as if the run had been trained alone."""
+    import lightning as L
+    from lightning.pytorch.callbacks import TQDMProgressBar
+
     from zoo.data import DeviceBatches, TaskDataModule
-    from zoo.lit import Diverged, MixerLM
+    from zoo.lit import MixerLM
     from zoo.model import LanguageModel
 
+    cfg = cfgs[0]
     device = device or pick_device()
-    record = {"id": run_id(cfg), **summary_fields(cfg), "status": "running", "error": None,
-              "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-              "started": time.time(), "epochs": 0, "history": []}
+    records = [{"id": run_id(c), **summary_fields(c), "status": "running", "error": None, "group_size": len(cfgs),
+                "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+                "started": time.time(), "epochs": 0, "history": []} for c in cfgs]
     lit = None
     try:
         import_user_modules(cfg)
@@ -53,62 +72,67 @@ def train(cfg: DictConfig, run_dir: Path, device: torch.device | None = None, qu
         data.setup()
         if device.type == "cuda":
             torch.cuda.synchronize(device)
-        record["data_seconds"] = time.perf_counter() - t0
+        data_seconds = time.perf_counter() - t0
 
-        model = LanguageModel.from_config(cfg)
-        record["params"] = sum(p.numel() for p in model.parameters())
-        record["state_size"] = model.state_size(max_seq_len(cfg))
+        models = []
+        for c, record in zip(cfgs, records):
+            L.seed_everything(c.seed, verbose=False)  # each member starts exactly as its run alone would
+            models.append(LanguageModel.from_config(c))
+            record["params"] = sum(p.numel() for p in models[-1].parameters())
+            record["state_size"] = models[-1].state_size(max_seq_len(c))
+            record["data_seconds"] = data_seconds
         steps = len(DeviceBatches(data.train_segments, cfg.train.batch_size, shuffle=False))
         precision = cfg.train.precision
         if precision == "auto":
             precision = "bf16" if device.type == "cuda" else "fp32"
-        lit = MixerLM(cfg, model, [s.name for s in data.test_segments], steps, bf16=precision == "bf16")
+        loggers = [_member_loggers(c, d, r["id"]) for c, d, r in zip(cfgs, run_dirs, records)]
 
-        loggers = [CSVLogger(run_dir, name="", version="")]
-        if "tensorboard" in cfg.train.loggers:
-            loggers.append(TensorBoardLogger(run_dir, name="tb", version=""))
-        if "wandb" in cfg.train.loggers:
-            loggers.append(WandbLogger(save_dir=run_dir, name=record["id"], config=to_plain(cfg)))
-        callbacks = []
-        if cfg.train.early_stop_accuracy is not None:
-            callbacks.append(EarlyStopping("val/acc", mode="max", stopping_threshold=cfg.train.early_stop_accuracy,
-                                           patience=cfg.train.max_epochs + 1, check_finite=False))
-        show_bar = cfg.train.progress_bar and not quiet
-        if show_bar:
-            callbacks.append(TQDMProgressBar(refresh_rate=max(1, steps // 20)))
+        def log_epoch(i: int, entry: dict) -> None:
+            for logger in loggers[i]:
+                logger.log_metrics({k: v for k, v in entry.items() if v is not None}, step=entry["epoch"])
+                logger.save()
+
+        lit = MixerLM(cfgs, models, [s.name for s in data.test_segments], steps, bf16=precision == "bf16",
+                      on_epoch=log_epoch)
+        show_bar = cfg.train.progress_bar and not quiet and len(cfgs) == 1
         trainer = L.Trainer(
             accelerator="gpu" if device.type == "cuda" else "cpu", devices=1,
             precision="32-true",  # MixerLM autocasts itself (see zoo.lit)
-            max_epochs=cfg.train.max_epochs, logger=loggers, callbacks=callbacks,
+            max_epochs=cfg.train.max_epochs, logger=False,
+            callbacks=[TQDMProgressBar(refresh_rate=max(1, steps // 20))] if show_bar else [],
             enable_checkpointing=False, enable_progress_bar=show_bar, enable_model_summary=False,
-            num_sanity_val_steps=0, log_every_n_steps=max(1, min(50, steps)),
-            default_root_dir=run_dir,
+            num_sanity_val_steps=0, default_root_dir=run_dirs[0],
         )
         t1 = time.perf_counter()
         trainer.fit(lit, datamodule=data)
-        record["train_seconds"] = time.perf_counter() - t1
-        record["status"] = "completed"
-    except Diverged as err:
-        record.update(status="diverged", error=str(err))
+        train_seconds = time.perf_counter() - t1
+        for record, outcome in zip(records, lit.outcomes):
+            status, reason = outcome or ("completed", "max_epochs reached")
+            record.update(status=status, stop_reason=reason, train_seconds=train_seconds,
+                          error=reason if status != "completed" else None)
     except Exception as err:  # recorded, never raised: one bad run must not stop a sweep
         if isinstance(err, torch.cuda.OutOfMemoryError):
             err_text = f"CUDA out of memory: {str(err).splitlines()[0]}"
         else:
             err_text = "".join(traceback.format_exception(err)[-6:])
-        record.update(status="failed", error=err_text)
-    history = lit.history if lit is not None else []
-    record["history"] = history
-    record["epochs"] = len(history)
-    if history:
-        record["final_accuracy"] = history[-1]["val/acc"]
-        best = max(history, key=lambda h: h["val/acc"])
-        record.update(accuracy=best["val/acc"], seq_accuracy=best["val/seq_acc"], best_epoch=best["epoch"],
-                      segment_accuracy={k.split("/", 2)[2]: v for k, v in best.items() if k.startswith("val/acc/")})
-    if record.get("train_seconds") and record["epochs"]:
-        record["seconds_per_epoch"] = record["train_seconds"] / record["epochs"]
-    record["finished"] = time.time()
-    record["wall_seconds"] = record["finished"] - record["started"]
-    return record
+        for record in records:
+            record.update(status="failed", error=err_text)
+    for i, record in enumerate(records):
+        history = lit.histories[i] if lit is not None else []
+        record["history"] = history
+        record["epochs"] = len(history)
+        if history:
+            record["final_accuracy"] = history[-1]["val/acc"]
+            best = max(history, key=lambda h: h["val/acc"])
+            record.update(accuracy=best["val/acc"], seq_accuracy=best["val/seq_acc"], best_epoch=best["epoch"],
+                          segment_accuracy={k.split("/", 2)[2]: v for k, v in best.items()
+                                            if k.startswith("val/acc/")})
+            seconds = [h["train_seconds"] for h in history if h["train_seconds"] is not None]
+            if seconds:
+                record["seconds_per_epoch"] = sum(seconds) / len(seconds)
+        record["finished"] = time.time()
+        record["wall_seconds"] = record["finished"] - record["started"]
+    return records
 
 
 def load_config(path: str | None, overrides: list[str]) -> DictConfig:

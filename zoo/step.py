@@ -1,16 +1,26 @@
-"""One optimiser step (forward, loss, backward, clip, update), optionally replayed from a CUDA graph.
+"""One optimiser step (forward, loss, backward, clip, update) for a group of models, optionally replayed
+from one CUDA graph.
 
-Tiny models leave the GPU idle behind Python: one step is a few hundred small kernels whose
-launches cost more than their work. On CUDA, ``TrainStep`` records the whole step once per batch
-shape into a CUDA graph and then replays it, so a step costs one launch. The recorded step reads
-its batch from static buffers and updates the same parameters in place, so evaluation, logging
-and checkpoints see the model as usual. On CPU (or with ``graphs=False``) the step runs eagerly.
+A group is G member models that see the same batch, each with its own optimiser (the runs of one
+sweep cell that differ only in learning rate). G = 1 is an ordinary run. Members never share a
+tensor they write, so one member's NaN cannot reach another.
+
+Tiny models leave the GPU idle behind Python: one step is a few hundred small kernels whose launches
+cost more than their work. On CUDA, ``TrainStep`` records the step of every active member once per
+batch shape into one CUDA graph, each member on its own stream inside the graph (fork, then join), so
+a replay costs one launch and the members' kernels run side by side on the GPU. The graph reads its
+batch from static buffers and updates the parameters in place, so evaluation, logging and checkpoints
+see the models as usual. When a member stops (early stop, divergence) the graphs are dropped and
+recorded again for the members still training. On CPU (or with ``graphs=False``) the members step
+one after the other, eagerly.
 
 Shapes: inputs (B, N) int64; positions, targets (B, K) int64 (targets -100 where no loss).
 """
 from __future__ import annotations
 
+import math
 from contextlib import nullcontext
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
@@ -35,79 +45,149 @@ def labelled_logits(model, forward: Callable, inputs, positions) -> torch.Tensor
     return model.logits(picked).float()
 
 
+@dataclass
+class Member:
+    """One model of a group: ``forward`` runs ``model`` (maybe compiled); ``optimizer`` updates it."""
+
+    model: torch.nn.Module
+    forward: Callable
+    optimizer: torch.optim.Optimizer
+
+
 class TrainStep:
-    """Callable ``step(inputs, positions, targets) -> loss`` (a device scalar, not synchronised).
+    """Callable ``step(inputs, positions, targets) -> losses`` ((G,) device tensor, not synchronised).
 
     Args:
-        model: the ``LanguageModel``; ``forward`` is the callable that runs it (maybe compiled).
-        optimizer: built with ``capturable=True`` (and a tensor lr) when ``graphs`` is on.
+        members: the group; optimisers built with ``capturable=True`` (and tensor lrs) when ``graphs`` is on.
         bf16: autocast the forward pass to bfloat16.
-        grad_clip: max global gradient norm, or None.
+        grad_clip: max global gradient norm per member, or None.
         graphs: record and replay CUDA graphs (CUDA only).
     """
 
-    def __init__(self, model, forward: Callable, optimizer: torch.optim.Optimizer, bf16: bool,
-                 grad_clip: float | None, graphs: bool):
-        self.model, self.forward, self.optimizer = model, forward, optimizer
-        self.bf16, self.grad_clip, self.graphs = bf16, grad_clip, graphs
-        self.loss_sum = None  # running sum of this epoch's losses: NaN or inf anywhere stays visible
-        self.recorded: dict[tuple, tuple] = {}  # shape -> (graph, static inputs, static loss)
+    def __init__(self, members: list[Member], bf16: bool, grad_clip: float | None, graphs: bool):
+        self.members, self.bf16, self.grad_clip, self.graphs = members, bf16, grad_clip, graphs
+        self.active = [True] * len(members)
+        self.losses = None  # (G,) the last step's losses; inactive members keep their last value
+        self.loss_sums = None  # (G,) running sums of this epoch's losses: NaN or inf anywhere stays visible
+        self.recorded: dict[tuple, tuple] = {}  # (shape, active members) -> (graph, static inputs)
         self.seen: dict[tuple, int] = {}
         self.pool = None
 
-    def _eager(self, inputs, positions, targets) -> torch.Tensor:
+    def deactivate(self, index: int) -> None:
+        """Stop training member ``index`` (its parameters no longer change); graphs are recorded anew."""
+        if self.active[index]:
+            self.active[index] = False
+            self.recorded.clear()
+            self.seen.clear()
+
+    def _member_step(self, i: int, inputs, positions, targets) -> None:
+        m = self.members[i]
         with autocast_bf16(inputs.device, self.bf16):
-            logits = labelled_logits(self.model, self.forward, inputs, positions)
+            logits = labelled_logits(m.model, m.forward, inputs, positions)
         loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=IGNORE)
         loss.backward()
         if self.grad_clip is not None:
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip, foreach=True)
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=not self.graphs)
+            torch.nn.utils.clip_grad_norm_(m.model.parameters(), self.grad_clip, foreach=True)
+        m.optimizer.step()
+        m.optimizer.zero_grad(set_to_none=not self.graphs)
         loss = loss.detach()
-        self.loss_sum.add_(loss)
-        return loss
+        self.losses[i].copy_(loss)
+        self.loss_sums[i].add_(loss)
+
+    def _eager(self, inputs, positions, targets) -> None:
+        for i, on in enumerate(self.active):
+            if on:
+                self._member_step(i, inputs, positions, targets)
+
+    def _forked(self, inputs, positions, targets) -> None:
+        """Every active member on its own stream, joined back into the current one (for graph capture)."""
+        main = torch.cuda.current_stream()
+        streams = []
+        for i, on in enumerate(self.active):
+            if on:
+                stream = torch.cuda.Stream()
+                stream.wait_stream(main)
+                with torch.cuda.stream(stream):
+                    self._member_step(i, inputs, positions, targets)
+                streams.append(stream)
+        for stream in streams:
+            main.wait_stream(stream)
 
     def _record(self, key, inputs, positions, targets):
         static = (inputs.clone(), positions.clone(), targets.clone())
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=self.pool):
-            loss = self._eager(*static)
+            self._forked(*static)
         self.pool = graph.pool()
-        self.recorded[key] = (graph, static, loss)
+        self.recorded[key] = (graph, static)
 
     def __call__(self, inputs, positions, targets) -> torch.Tensor:
-        if self.loss_sum is None:
-            self.loss_sum = torch.zeros((), device=inputs.device)
+        if self.loss_sums is None:
+            self.losses = torch.zeros(len(self.members), device=inputs.device)
+            self.loss_sums = torch.zeros(len(self.members), device=inputs.device)
         if not (self.graphs and inputs.is_cuda):
-            return self._eager(inputs, positions, targets)
-        key = (tuple(inputs.shape), tuple(positions.shape))
+            self._eager(inputs, positions, targets)
+            return self.losses
+        key = (tuple(inputs.shape), tuple(positions.shape), tuple(self.active))
         if key not in self.recorded:
             self.seen[key] = self.seen.get(key, 0) + 1
             if self.seen[key] <= WARMUP_STEPS:  # on a side stream, as graph capture requires
                 side = torch.cuda.Stream()
                 side.wait_stream(torch.cuda.current_stream())
                 with torch.cuda.stream(side):
-                    loss = self._eager(inputs, positions, targets)
+                    self._eager(inputs, positions, targets)
                 torch.cuda.current_stream().wait_stream(side)
-                return loss
+                return self.losses
             try:
                 self._record(key, inputs, positions, targets)
             except RuntimeError as err:  # a mixer that syncs with the host or allocates per call
                 print(f"zoo: CUDA graph capture failed, training eagerly ({str(err).splitlines()[0]})")
                 self.graphs = False
                 torch.cuda.synchronize()
-                return self._eager(inputs, positions, targets)
-        graph, static, loss = self.recorded[key]
+                self._eager(inputs, positions, targets)
+                return self.losses
+        graph, static = self.recorded[key]
         for buffer, value in zip(static, (inputs, positions, targets)):
             buffer.copy_(value)
         graph.replay()
-        return loss
+        return self.losses
 
-    def take_epoch_loss_sum(self) -> torch.Tensor | None:
-        """This epoch's summed loss (for the divergence check), and start a new sum."""
-        total = self.loss_sum
+    def take_epoch_loss_sums(self) -> torch.Tensor | None:
+        """This epoch's summed losses per member (G,), and start new sums."""
+        total = self.loss_sums
         if total is not None:
             total = total.clone()
-            self.loss_sum.zero_()
+            self.loss_sums.zero_()
         return total
+
+
+def build_optimizer(model: torch.nn.Module, train_cfg, cuda: bool, graphs: bool) -> torch.optim.Optimizer:
+    """AdamW of a run config's ``train`` section; a tensor lr and capturable state for CUDA graphs.
+
+    ``decay_params``: "all" decays every parameter (Zoology); "matrices" spares biases, norms, embeddings."""
+    t = train_cfg
+    if t.decay_params == "all":
+        groups = [{"params": list(model.parameters()), "weight_decay": t.weight_decay}]
+    else:
+        decay, rest = [], []
+        for name, p in model.named_parameters():
+            (decay if p.ndim >= 2 and "embed" not in name else rest).append(p)
+        groups = [{"params": decay, "weight_decay": t.weight_decay}, {"params": rest, "weight_decay": 0.0}]
+    device = next(model.parameters()).device
+    lr = torch.tensor(t.lr, device=device) if graphs else t.lr  # a graph reads lr from memory
+    return torch.optim.AdamW(groups, lr=lr, betas=tuple(t.betas), fused=cuda, capturable=graphs)
+
+
+def lr_factor(train_cfg, steps_per_epoch: int) -> Callable[[int], float]:
+    """The lr multiplier at each step: linear warm-up, then cosine decay to ``min_lr_ratio``."""
+    t = train_cfg
+    total = max(1, t.max_epochs * steps_per_epoch)
+    warmup = int(t.warmup_epochs * steps_per_epoch)
+
+    def factor(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        progress = min(1.0, (step - warmup) / max(1, total - warmup))
+        return t.min_lr_ratio + (1 - t.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+
+    return factor

@@ -5,15 +5,18 @@ import pytest
 import torch
 
 from zoo.model import LanguageModel
-from zoo.step import TrainStep
+from zoo.step import Member, TrainStep
 
 
-def _setup(graphs: bool, device):
-    torch.manual_seed(0)
-    model = LanguageModel(vocab_size=64, d_model=32, n_layers=2, mixer="softmax", max_seq_len=16).to(device)
-    lr = torch.tensor(1e-2, device=device) if graphs else 1e-2
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, fused=device.type == "cuda", capturable=graphs)
-    return model, TrainStep(model, model, opt, bf16=False, grad_clip=1.0, graphs=graphs)
+def _setup(graphs: bool, device, lrs=(1e-2,)):
+    members = []
+    for lr in lrs:
+        torch.manual_seed(0)
+        model = LanguageModel(vocab_size=64, d_model=32, n_layers=2, mixer="softmax", max_seq_len=16).to(device)
+        lr = torch.tensor(lr, device=device) if graphs else lr
+        opt = torch.optim.AdamW(model.parameters(), lr=lr, fused=device.type == "cuda", capturable=graphs)
+        members.append(Member(model, model, opt))
+    return [m.model for m in members], TrainStep(members, bf16=False, grad_clip=1.0, graphs=graphs)
 
 
 def _batches(device, n=12, shapes=((8, 16, 3), (5, 16, 3))):
@@ -27,27 +30,43 @@ def _batches(device, n=12, shapes=((8, 16, 3), (5, 16, 3))):
         yield x.to(device), pos.to(device), y.to(device)
 
 
-def _train(graphs, device):
-    model, step = _setup(graphs, device)
-    losses = [float(step(*b)) for b in _batches(device)]
-    return model, losses, step
+def _train(graphs, device, lrs=(1e-2,)):
+    models, step = _setup(graphs, device, lrs)
+    losses = [step(*b).tolist() for b in _batches(device)]
+    return models, losses, step
 
 
-def test_eager_step_learns_and_sums_losses():
-    model, losses, step = _train(False, torch.device("cpu"))
-    assert abs(float(step.take_epoch_loss_sum()) - sum(losses)) < 1e-4
-    assert float(step.take_epoch_loss_sum()) == 0.0
+def test_eager_step_sums_losses_per_member():
+    _, losses, step = _train(False, torch.device("cpu"), lrs=(1e-2, 1e-3))
+    sums = step.take_epoch_loss_sums()
+    assert torch.allclose(sums, torch.tensor(losses).sum(0), atol=1e-4)
+    assert losses[0][0] == losses[0][1] and losses[-1][0] != losses[-1][1]  # same start, own lr
+    assert step.take_epoch_loss_sums().tolist() == [0.0, 0.0]
+
+
+def test_deactivated_member_stops_changing():
+    models, step = _setup(False, torch.device("cpu"), lrs=(1e-2, 1e-2))
+    batches = list(_batches(torch.device("cpu"), n=4))
+    step(*batches[0])
+    step.deactivate(1)
+    frozen = [p.clone() for p in models[1].parameters()]
+    for b in batches[1:]:
+        step(*b)
+    assert all(torch.equal(a, b) for a, b in zip(frozen, models[1].parameters()))
+    assert not all(torch.equal(a, b) for a, b in zip(models[0].parameters(), models[1].parameters()))
 
 
 @pytest.mark.gpu
 def test_graph_replay_matches_eager():
     device = torch.device("cuda")
-    eager, eager_losses, _ = _train(False, device)
-    graphed, graphed_losses, step = _train(True, device)
+    lrs = (1e-2, 3e-3, 1e-3)  # a group: one graph, each member on its own stream
+    eager, eager_losses, _ = _train(False, device, lrs)
+    graphed, graphed_losses, step = _train(True, device, lrs)
     assert len(step.recorded) == 2  # one graph per batch shape, recorded after the warm-up steps
     assert torch.allclose(torch.tensor(eager_losses), torch.tensor(graphed_losses), rtol=1e-4, atol=1e-5)
-    for (name, a), b in zip(eager.named_parameters(), graphed.parameters()):
-        assert torch.allclose(a, b, rtol=1e-4, atol=1e-5), name
+    for m_eager, m_graphed in zip(eager, graphed):
+        for (name, a), b in zip(m_eager.named_parameters(), m_graphed.parameters()):
+            assert torch.allclose(a, b, rtol=1e-4, atol=1e-5), name
 
 
 @pytest.mark.gpu
