@@ -18,11 +18,12 @@ def check_num_heads(num_heads: int) -> None:
 
 
 def expanded_dim(d_model: int, expand: float, num_heads: int, key: str) -> int:
-    """``d_model * expand`` as an integer width that ``num_heads`` divides; ConfigError naming ``key`` else."""
+    """``d_model * expand`` as an integer width that ``num_heads`` divides; ConfigError naming the culprit else."""
     width = d_model * expand
-    if expand <= 0 or width != round(width) or round(width) % num_heads:
-        raise ConfigError(f"model.mixer_kwargs.{key}", expand,
-                          f"a positive ratio with d_model={d_model} * {key} an integer divisible by num_heads={num_heads}")
+    if expand <= 0 or width != round(width):
+        raise ConfigError(f"model.mixer_kwargs.{key}", expand, f"a positive ratio with d_model={d_model} * {key} an integer")
+    if round(width) % num_heads:
+        raise ConfigError("model.mixer_kwargs.num_heads", num_heads, f"a divisor of d_model * {key} = {round(width)}")
     return round(width)
 
 
