@@ -1,0 +1,113 @@
+"""Properties of the fla-style linear-attention mixers (gla, deltanet, gated_deltanet, retnet, hgrn2) on CPU,
+and on GPU their fla fast path against the PyTorch reference, with fla's op seen to run."""
+import copy
+
+import pytest
+import torch
+
+from zoo.errors import ConfigError
+from zoo.mixers.fastpath import fast_module
+from zoo.model import LanguageModel
+from zoo.registry import check_mixer_kwargs, get_mixer
+
+# mixer -> (fla module, op) that its GPU fast path calls
+FLA_OPS = {"gla": ("fla.ops.gla", "chunk_gla"), "deltanet": ("fla.ops.delta_rule", "chunk_delta_rule"),
+           "gated_deltanet": ("fla.ops.gated_delta_rule", "chunk_gated_delta_rule"),
+           "retnet": ("fla.ops.retention", "chunk_retention"), "hgrn2": ("fla.ops.gla", "chunk_gla")}
+MIXERS = list(FLA_OPS)
+
+
+def small_model(mixer, d_model=32, seed=0, **kwargs):
+    torch.manual_seed(seed)
+    return LanguageModel(64, d_model, n_layers=2, mixer=mixer, mixer_kwargs=kwargs, max_seq_len=32)
+
+
+@pytest.mark.parametrize("mixer", MIXERS + ["deltanet-neg", "gated_deltanet-neg"])
+def test_causal(mixer):
+    name, _, neg = mixer.partition("-")
+    model = small_model(name, **({"negative_eigenvalues": True} if neg else {})).eval()
+    ids = torch.randint(0, 64, (2, 20))
+    changed = ids.clone()
+    changed[:, 12] = (ids[:, 12] + 1) % 64
+    with torch.no_grad():
+        a, b = model(ids), model(changed)
+    torch.testing.assert_close(a[:, :12], b[:, :12], rtol=1e-5, atol=1e-5)
+    assert not torch.allclose(a[:, 12:], b[:, 12:])
+
+
+@pytest.mark.parametrize("mixer", MIXERS)
+def test_gradients_reach_every_mixer_parameter(mixer):
+    model = small_model(mixer)
+    model(torch.randint(0, 64, (2, 12))).square().mean().backward()
+    missing = [n for n, p in model.named_parameters() if ".mixer." in n and (p.grad is None or not p.grad.any())]
+    assert not missing
+
+
+@pytest.mark.parametrize("mixer, kwargs, numel", [
+    ("gla", {}, 4 * (64 // 2 // 4) * (64 // 4)),                             # H K V, K = D/2/H, V = D/H
+    ("deltanet", {}, 4 * 16 * 16 + 3 * 64 * 3),                              # H K V + 3 conv windows of 3
+    ("gated_deltanet", {}, 4 * 16 * 32 + (64 + 64 + 128) * 3),              # V = 2 K
+    ("gated_deltanet", {"conv_size": 2, "expand_v": 1.0}, 4 * 16 * 16 + 3 * 64),
+    ("retnet", {}, 8 * 8 * 16),                                              # 8 heads, K = D/8, V = 2D/8
+    ("hgrn2", {}, 64 * 64),                                                  # D F, F = min(128, D)
+    ("hgrn2", {"expand_ratio": 16}, 64 * 16),
+])
+def test_state_numel_counts_the_recurrent_state(mixer, kwargs, numel):
+    layer = get_mixer(mixer)(64, **kwargs)
+    assert layer.state_numel() == numel
+    assert layer.state_size(32) == 4 * numel  # bytes, float32, like every other mixer's state_size
+
+
+@pytest.mark.parametrize("mixer, key, value", [
+    ("gla", "num_heads", 3), ("gla", "expand_k", 0.3), ("gla", "gate_low_rank_dim", 0),
+    ("deltanet", "expand_v", 0.001), ("deltanet", "conv_size", 0), ("deltanet", "negative_eigenvalues", "yes"),
+    ("gated_deltanet", "num_heads", 5), ("gated_deltanet", "head_dim", 0), ("gated_deltanet", "expand_v", 1.3),
+    ("gated_deltanet", "negative_eigenvalues", 1),
+    ("retnet", "num_heads", 0), ("retnet", "num_heads", 128), ("hgrn2", "expand_ratio", 40),
+    ("hgrn2", "expand_ratio", 256),
+])
+def test_bad_kwarg_names_key_and_value(mixer, key, value):
+    with pytest.raises(ConfigError, match=f"model.mixer_kwargs.{key}={value!r}"):
+        get_mixer(mixer)(128, **{key: value})
+
+
+def test_unknown_kwarg_is_rejected():
+    with pytest.raises(ConfigError, match="model.mixer_kwargs.allow_neg_eigval"):
+        check_mixer_kwargs("deltanet", {"allow_neg_eigval": True})
+
+
+def relative_error(a, b):
+    return float((a.float() - b.float()).norm() / b.float().norm().clamp_min(1e-12))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mixer", MIXERS + ["deltanet-neg", "gated_deltanet-neg"])
+@pytest.mark.parametrize("autocast", [False, True])
+def test_gpu_fast_path_is_fla_and_matches_cpu_reference(mixer, autocast, monkeypatch):
+    """Same weights on CPU (reference recurrence, float32) and GPU: fla's op runs once per layer, and outputs
+    and all gradients agree."""
+    name, _, neg = mixer.partition("-")
+    module_name, op_name = FLA_OPS[name]
+    fla = fast_module(module_name, "the GPU test", torch.zeros(1, device="cuda"))
+    assert fla is not None, f"{module_name} not importable on this GPU machine"
+    calls = []
+    op = getattr(fla, op_name)
+    monkeypatch.setattr(fla, op_name, lambda *a, **kw: calls.append(1) or op(*a, **kw))
+
+    torch.manual_seed(0)
+    cpu = LanguageModel(256, 128, n_layers=2, mixer=name, max_seq_len=128,
+                        mixer_kwargs={"negative_eigenvalues": True} if neg else {})
+    gpu = copy.deepcopy(cpu).cuda()
+    ids = torch.randint(0, 256, (3, 100))
+    out_cpu = cpu(ids)
+    with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
+        out_gpu = gpu(ids.cuda())
+    assert len(calls) == 2  # one fla call per layer, none on CPU
+    gy = torch.randn_like(out_cpu)
+    out_cpu.backward(gy)
+    out_gpu.float().backward(gy.cuda())
+    tol = 5e-2 if autocast else 5e-3
+    assert relative_error(out_gpu.cpu(), out_cpu) < tol
+    for (pname, p_cpu), p_gpu in zip(cpu.named_parameters(), gpu.parameters()):
+        if p_cpu.grad is not None:
+            assert relative_error(p_gpu.grad.cpu(), p_cpu.grad) < 2 * tol, pname

@@ -1,0 +1,45 @@
+"""Pieces shared by the linear-attention mixers that follow flash-linear-attention's layers.
+
+Used by ``gla``, ``retnet``, ``hgrn2``, ``deltanet`` and ``gated_deltanet``: the checked split of an
+expanded width into heads, and fla's output normalization (``RMSNorm`` / ``FusedRMSNormGated``).
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from zoo.errors import ConfigError
+
+
+def check_num_heads(num_heads: int) -> None:
+    if not isinstance(num_heads, int) or num_heads < 1:
+        raise ConfigError("model.mixer_kwargs.num_heads", num_heads, "an integer >= 1")
+
+
+def expanded_dim(d_model: int, expand: float, num_heads: int, key: str) -> int:
+    """``d_model * expand`` as an integer width that ``num_heads`` divides; ConfigError naming the culprit else."""
+    width = d_model * expand
+    if expand <= 0 or width != round(width):
+        raise ConfigError(f"model.mixer_kwargs.{key}", expand, f"a positive ratio with d_model={d_model} * {key} an integer")
+    if round(width) % num_heads:
+        raise ConfigError("model.mixer_kwargs.num_heads", num_heads, f"a divisor of d_model * {key} = {round(width)}")
+    return round(width)
+
+
+class HeadRMSNorm(nn.Module):
+    """RMSNorm over each head's channels (weight, eps 1e-5, computed in float32), then times swish(gate)
+    when a gate is given: fla's ``RMSNorm`` and ``FusedRMSNormGated``. o, gate: [..., V] -> [..., V].
+    """
+
+    def __init__(self, dim: int, eps: float = 1e-5):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, o: torch.Tensor, gate: torch.Tensor | None = None) -> torch.Tensor:
+        y = o.float()
+        y = y * torch.rsqrt(y.square().mean(-1, keepdim=True) + self.eps) * self.weight
+        if gate is not None:
+            y = y * F.silu(gate.float())
+        return y.to(o.dtype)
