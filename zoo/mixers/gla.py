@@ -78,5 +78,5 @@ class GatedLinearAttention(nn.Module):
         return self.key_dim * self.value_dim // self.num_heads
 
     def state_size(self, seq_len: int) -> int:
-        """Bytes per sequence (float32): ``4 * state_numel()``."""
-        return 4 * self.state_numel()
+        """Values of recurrent state per sequence (the registry's unit): ``state_numel()``."""
+        return self.state_numel()

@@ -76,5 +76,5 @@ class HGRN2(nn.Module):
         return self.d_model * self.expand_ratio
 
     def state_size(self, seq_len: int) -> int:
-        """Bytes per sequence (float32): ``4 * state_numel()``."""
-        return 4 * self.state_numel()
+        """Values of recurrent state per sequence (the registry's unit): ``state_numel()``."""
+        return self.state_numel()
