@@ -1,8 +1,8 @@
 """Training-step time of every mixer, side by side: ``python -m zoo.bench.step [--mixers a b ...]``.
 
-One step = forward + backward of a ``LanguageModel`` (vocab 8192, 2 layers) on random token ids, loss =
-cross entropy at a random 1/16 of the positions (MQAR-like: few labelled positions), under bf16
-autocast on CUDA. Reports the median of ``iters`` steps after ``warmup`` steps, timed with CUDA events.
+One step is what training runs (``zoo.step.TrainStep``: forward, loss at the labelled positions, backward,
+AdamW update) on one batch of MQAR (vocab 8192, 2 layers, kv = N/16), eagerly and replayed from a CUDA
+graph, bf16 autocast on CUDA. Reports the median of ``iters`` steps after warm-up, timed with CUDA events.
 """
 from __future__ import annotations
 
@@ -11,85 +11,94 @@ import statistics
 import time
 
 import torch
-import torch.nn.functional as F
 
+from zoo.data import LabelledSegment
 from zoo.model import LanguageModel
 from zoo.registry import list_mixers
+from zoo.step import Member, TrainStep, build_optimizer
 
 VOCAB = 8192
 
 
-def _time_mixer(mixer: str, batch: int, seq_len: int, d_model: int, device: torch.device, n_layers: int,
-                warmup: int, iters: int) -> dict:
-    torch.manual_seed(0)
-    model = LanguageModel(VOCAB, d_model, n_layers=n_layers, mixer=mixer, max_seq_len=seq_len).to(device)
-    ids = torch.randint(0, VOCAB, (batch, seq_len), device=device)
-    labelled = torch.rand(batch, seq_len, device=device) < 1 / 16
-    targets = torch.randint(0, VOCAB, (int(labelled.sum()),), device=device)
+def make_step(mixer: str, batch: int, seq_len: int, d_model: int, device: torch.device, graphs: bool,
+              group: int = 1, n_layers: int = 2):
+    """A ready ``step()`` closure over one MQAR batch, for a group of ``group`` models of ``mixer``."""
+    from omegaconf import OmegaConf
+
+    from tasks import get_task
+
+    task = get_task("mqar")(vocab_size=VOCAB, input_seq_len=seq_len, num_kv_pairs=max(1, seq_len // 16))
+    seg = LabelledSegment.from_dense("bench", *task.generate(batch, seed=0, device=device))
+    train_cfg = OmegaConf.create({"lr": 1e-3, "weight_decay": 0.1, "betas": [0.9, 0.999], "decay_params": "all"})
     cuda = device.type == "cuda"
+    members = []
+    for _ in range(group):
+        torch.manual_seed(0)
+        model = LanguageModel(VOCAB, d_model, n_layers=n_layers, mixer=mixer, max_seq_len=seq_len).to(device)
+        members.append(Member(model, model, build_optimizer(model, train_cfg, cuda, graphs and cuda)))
+    step = TrainStep(members, bf16=cuda, grad_clip=None, graphs=graphs and cuda)
+    return (lambda: step(seg.inputs, seg.positions, seg.targets)), members[0].model
 
-    def step():
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cuda):
-            hidden = model(ids)
-            loss = F.cross_entropy(model.logits(hidden[labelled]).float(), targets)
-        loss.backward()
-        model.zero_grad(set_to_none=True)
 
+def _median_ms(step, device: torch.device, warmup: int, iters: int) -> float:
     for _ in range(warmup):
         step()
-    if cuda:
-        torch.cuda.synchronize(device)
-        torch.cuda.reset_peak_memory_stats(device)
     times = []
     for _ in range(iters):
-        if cuda:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            step()
-            end.record()
+        if device.type == "cuda":
             torch.cuda.synchronize(device)
-            times.append(start.elapsed_time(end))
-        else:
-            t0 = time.perf_counter()
-            step()
-            times.append(1e3 * (time.perf_counter() - t0))
-    return {"mixer": mixer, "ms_per_step": statistics.median(times),
-            "params": sum(p.numel() for p in model.parameters()),
-            "peak_mem_gb": torch.cuda.max_memory_allocated(device) / 2**30 if cuda else float("nan")}
+        t0 = time.perf_counter()
+        step()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        times.append(1e3 * (time.perf_counter() - t0))
+    return statistics.median(times)
 
 
 def step_times(mixers: list[str], batch: int = 256, seq_len: int = 256, d_model: int = 128,
-               device: str | torch.device = "cuda", n_layers: int = 2, warmup: int = 5, iters: int = 20,
+               device: str | torch.device = "cuda", group: int = 4, warmup: int = 5, iters: int = 20,
                on_row=None) -> list[dict]:
-    """One row per mixer: mixer, ms_per_step, ratio_to_softmax (NaN without softmax), params, peak_mem_gb,
-    error (None, or the exception text of a mixer that failed to build or run). ``on_row(row)`` is called
-    as each mixer finishes (its ratio is set when softmax was timed before it)."""
+    """One row per mixer: ms per step eager, with CUDA graphs, and for a group of ``group`` models
+    (graphs), the ratio to softmax (graphs; NaN before softmax is timed), params, peak memory, error."""
     device = torch.device(device)
     rows = []
     for mixer in mixers:
+        row = {"mixer": mixer, "error": None}
         try:
-            row = _time_mixer(mixer, batch, seq_len, d_model, device, n_layers, warmup, iters)
-            row["error"] = None
+            if device.type == "cuda":
+                torch.cuda.reset_peak_memory_stats(device)
+            step, model = make_step(mixer, batch, seq_len, d_model, device, graphs=False)
+            row["eager_ms"] = _median_ms(step, device, warmup, iters)
+            row["params"] = sum(p.numel() for p in model.parameters())
+            row["graphs_ms"] = _median_ms(make_step(mixer, batch, seq_len, d_model, device, True)[0], device,
+                                          warmup, iters)
+            row["group_ms"] = _median_ms(make_step(mixer, batch, seq_len, d_model, device, True, group)[0],
+                                         device, warmup, iters)
+            row["peak_gb"] = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else float("nan")
         except Exception as e:  # noqa: BLE001 - one broken mixer must not hide the others' timings
-            row = {"mixer": mixer, "ms_per_step": float("nan"), "params": 0, "peak_mem_gb": float("nan"),
-                   "error": f"{type(e).__name__}: {e}"}
+            row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        for key in ("eager_ms", "graphs_ms", "group_ms", "peak_gb"):
+            row.setdefault(key, float("nan"))
+        row.setdefault("params", 0)
         rows.append(row)
         if device.type == "cuda":
             torch.cuda.empty_cache()
-        base = next((r["ms_per_step"] for r in rows if r["mixer"] == "softmax"), float("nan"))
+        base = next((r["graphs_ms"] for r in rows if r["mixer"] == "softmax"), float("nan"))
         for r in rows:
-            r["ratio_to_softmax"] = r["ms_per_step"] / base
+            r["ratio_to_softmax"] = r["graphs_ms"] / base
         if on_row is not None:
             on_row(row)
     return rows
 
 
-HEADER = f"{'mixer':<10} {'ms/step':>9} {'x softmax':>9} {'params':>10} {'peak GB':>8}"
+HEADER = (f"{'mixer':<15} {'eager ms':>9} {'graphs ms':>9} {'x softmax':>9} {'group4 ms':>9} {'x one':>6} "
+          f"{'params':>10} {'peak GB':>8}")
 
 
 def format_row(r: dict) -> str:
-    return (f"{r['mixer']:<10} {r['ms_per_step']:>9.2f} {r['ratio_to_softmax']:>9.2f} {r['params']:>10,} "
-            f"{r['peak_mem_gb']:>8.2f}" + (f"  ERROR {r['error']}" if r["error"] else ""))
+    return (f"{r['mixer']:<15} {r['eager_ms']:>9.2f} {r['graphs_ms']:>9.2f} {r['ratio_to_softmax']:>9.2f} "
+            f"{r['group_ms']:>9.2f} {r['group_ms'] / r['graphs_ms']:>6.2f} {r['params']:>10,} {r['peak_gb']:>8.2f}"
+            + (f"  ERROR {r['error']}" if r["error"] else ""))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -98,7 +107,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batch", type=int, default=256)
     parser.add_argument("--seq-len", type=int, default=256)
     parser.add_argument("--d-model", type=int, default=128)
-    parser.add_argument("--n-layers", type=int, default=2)
+    parser.add_argument("--group", type=int, default=4, help="models in the group column")
     parser.add_argument("--iters", type=int, default=20)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = parser.parse_args(argv)
@@ -106,10 +115,10 @@ def main(argv: list[str] | None = None) -> None:
     if "softmax" in list_mixers():  # the baseline goes first
         mixers = ["softmax", *(m for m in mixers if m != "softmax")]
     name = torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu"
-    print(f"{name}: B={args.batch} N={args.seq_len} d_model={args.d_model} layers={args.n_layers}, "
-          f"forward+backward, bf16 autocast on CUDA, median of {args.iters}")
+    print(f"{name}: B={args.batch} N={args.seq_len} d_model={args.d_model}, one training step (zoo.step.TrainStep), "
+          f"bf16 autocast on CUDA, median of {args.iters}; group{args.group} = {args.group} models in one step")
     print(HEADER, flush=True)
-    step_times(mixers, args.batch, args.seq_len, args.d_model, args.device, args.n_layers, iters=args.iters,
+    step_times(mixers, args.batch, args.seq_len, args.d_model, args.device, args.group, iters=args.iters,
                on_row=lambda row: print(format_row(row), flush=True))
 
 
