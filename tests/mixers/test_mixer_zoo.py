@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from zoo.errors import ConfigError
+from zoo.mixers import fastpath
 from zoo.model import LanguageModel
 from zoo.registry import check_mixer_kwargs, get_mixer
 
@@ -31,7 +32,13 @@ def test_causal(mixer):
 
 @pytest.mark.parametrize("mixer", ZOO)
 def test_gradients_reach_every_mixer_parameter(mixer):
+    """Every mixer parameter is on the graph. Parameters are perturbed first: references such as RWKV-7
+    start some projections at zero, which zeroes the gradients upstream of them at initialisation."""
     model = small_model(mixer)
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if ".mixer." in n:
+                p.add_(0.1 * torch.randn_like(p))
     model(torch.randint(0, 64, (2, 12))).square().mean().backward()
     missing = [n for n, p in model.named_parameters() if ".mixer." in n and (p.grad is None or not p.grad.any())]
     assert not missing
@@ -56,6 +63,21 @@ def test_unknown_kwarg_is_rejected():
         check_mixer_kwargs("rwkv", {"d_state": 4})
 
 
+# the op each mixer dispatches and the backends that count as its GPU fast path
+FAST_PATHS = {"hyena": ("hyena.long_conv", {"torch.fft"}), "rwkv": ("rwkv.wkv", {"triton"}),
+              "rwkv7": ("rwkv7.recurrence", {"fla.chunk_rwkv7"}), "mamba": ("mamba.scan", {"mamba_ssm", "triton"}),
+              "mamba2": ("mamba2.ssd", {"ssd_chunked"}), "based": ("based.attention", {"fla.parallel_based"})}
+
+
+@pytest.mark.parametrize("mixer", ZOO)
+def test_cpu_runs_the_reference_path(mixer):
+    fastpath.LAST_BACKEND.clear()
+    small_model(mixer)(torch.randint(0, 64, (1, 8)))
+    op, fast = FAST_PATHS[mixer]
+    assert fastpath.LAST_BACKEND[op] in fast | {fastpath.REFERENCE}
+    assert mixer == "hyena" or fastpath.LAST_BACKEND[op] == fastpath.REFERENCE
+
+
 def relative_error(a, b):
     return float((a.float() - b.float()).norm() / b.float().norm().clamp_min(1e-12))
 
@@ -71,8 +93,11 @@ def test_gpu_fast_path_matches_cpu_reference(mixer, batch, seq_len, autocast):
     gpu = copy.deepcopy(cpu).cuda()
     ids = torch.randint(0, 256, (batch, seq_len))
     out_cpu = cpu(ids)
+    op, fast = FAST_PATHS[mixer]
+    fastpath.LAST_BACKEND.clear()
     with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
         out_gpu = gpu(ids.cuda())
+    assert fastpath.LAST_BACKEND.get(op) in fast, f"{op} ran on {fastpath.LAST_BACKEND.get(op)}, not {fast}"
     gy = torch.randn_like(out_cpu)
     out_cpu.backward(gy)
     out_gpu.float().backward(gy.cuda())
