@@ -107,8 +107,9 @@ class RWKV7(nn.Module):
         linear = idx / (D - 1) - 0.5
         zigzag = ((idx % head_dim) - (head_dim - 1) / 2) / ((head_dim - 1) / 2)
         zigzag = zigzag * zigzag.abs()
-        exponents = torch.tensor([0.2, 0.9, 0.7, 0.7, 0.9, 0.2], dtype=torch.float64)[:, None]  # r w k v a g
-        self.mix = nn.Parameter((1 - (idx / D) ** (exponents * ratio_1_to_almost0)).float())
+        # token-shift mixes of the r, w, k, v, a, g inputs: x + (x_{t-1} - x) * x_*
+        for name, exponent in (("x_r", 0.2), ("x_w", 0.9), ("x_k", 0.7), ("x_v", 0.7), ("x_a", 0.9), ("x_g", 0.2)):
+            setattr(self, name, nn.Parameter((1 - (idx / D) ** (exponent * ratio_1_to_almost0)).float()))
         self.r_proj = nn.Linear(D, D, bias=False)
         self.k_proj = nn.Linear(D, D, bias=False)
         self.v_proj = nn.Linear(D, D, bias=False)
@@ -137,7 +138,8 @@ class RWKV7(nn.Module):
         Bt, L, D = x.shape
         H, K = self.n_heads, self.head_dim
         shifted = F.pad(x, (0, 0, 1, -1))
-        xr, xw, xk, xv, xa, xg = (x + (shifted - x) * m for m in self.mix.to(x.dtype))
+        xr, xw, xk, xv, xa, xg = (x + (shifted - x) * m.to(x.dtype)
+                                  for m in (self.x_r, self.x_w, self.x_k, self.x_v, self.x_a, self.x_g))
         r, k, v = self.r_proj(xr), self.k_proj(xk), self.v_proj(xv)
         w = -W_SCALE * torch.sigmoid(self.w_lora(xw).float())
         if self.layer_idx == 0 or self.v_lora is None:
