@@ -44,10 +44,29 @@ def test_gradients_reach_every_mixer_parameter(mixer):
     assert not missing
 
 
+# values of recurrent state per sequence of the 2-layer d_model=32 models of ``small_model`` after L tokens,
+# counted by hand from each definition (conv windows keep kernel_size - 1 past inputs)
+STATE_VALUES = {
+    "hyena": lambda L: 2 * (L * 32 + 3 * 32 * (3 - 1)),  # the long conv's input history + short conv on 3 streams
+    "rwkv": lambda L: 2 * 4 * 32,  # WKV numerator, denominator, max exponent, previous token
+    "rwkv7": lambda L: 2 * (2 * 16 * 16 + 32),  # 2 heads of (16, 16) + previous token
+    "mamba": lambda L: 2 * (64 * 16 + 64 * (4 - 1)),  # (E, N) SSM state + conv on E channels
+    "mamba2": lambda L: 2 * (4 * 16 * 16 + (64 + 2 * 16) * (4 - 1)),  # 4 heads of (N, P) + conv on (x, B, C)
+    "based": lambda L: 32 * (3 - 1) + (1 + 8 + 8 * 9 // 2) * (32 + 1),  # BaseConv, then Taylor features x (V + 1)
+}
+
+
 @pytest.mark.parametrize("mixer", ZOO)
-def test_state_size_is_positive_int(mixer):
-    size = small_model(mixer).state_size(32)
-    assert isinstance(size, int) and size > 0
+@pytest.mark.parametrize("seq_len", [16, 32])
+def test_state_size_counts_values(mixer, seq_len):
+    assert small_model(mixer).state_size(seq_len) == STATE_VALUES[mixer](seq_len)
+
+
+@pytest.mark.parametrize("mixer", ["rwkv", "rwkv7"])
+def test_depth_is_not_a_user_kwarg(mixer):
+    """``n_layers`` comes from the model (like ``layer_idx``), never from mixer_kwargs."""
+    with pytest.raises(ConfigError, match="model.mixer_kwargs.n_layers"):
+        check_mixer_kwargs(mixer, {"n_layers": 4})
 
 
 @pytest.mark.parametrize("mixer, key, value", [("hyena", "emb_dim", 4), ("mamba", "d_state", 12),
