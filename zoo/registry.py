@@ -79,7 +79,7 @@ def check_mixer_kwargs(name: str, kwargs: dict, key: str = "model.mixer_kwargs")
     params = inspect.signature(cls.__init__).parameters
     if any(p.kind is p.VAR_KEYWORD for p in params.values()):
         return
-    accepted = [p for p in params if p not in ("self", "d_model", "layer_idx", "max_seq_len")]
+    accepted = [p for p in params if p not in ("self", "d_model", "layer_idx", "max_seq_len", "n_layers")]
     for k in kwargs:
         if k not in accepted:
             raise ConfigError(f"{key}.{k}", kwargs[k], accepted or ["no keyword arguments"])

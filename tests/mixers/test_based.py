@@ -1,7 +1,7 @@
 """BASED's quadratic Taylor attention against the explicit feature map, and its layer alternation."""
 import torch
 
-from zoo.mixers.based import Based, BaseConv, TaylorLinearAttention, based_attention_ref
+from zoo.mixers.based import EPS, Based, BaseConv, TaylorLinearAttention, based_attention_ref
 
 
 def taylor_features(x):
@@ -18,7 +18,7 @@ def test_reference_matches_running_feature_sums():
     fq, fk = taylor_features(q), taylor_features(k)
     kv = torch.cumsum(fk[..., :, None] * v[..., None, :], dim=1)  # (B, L, H, F', V)
     z = torch.cumsum(fk, dim=1)
-    want = torch.einsum("blhf,blhfv->blhv", fq, kv) / (torch.einsum("blhf,blhf->blh", fq, z)[..., None] + 1e-6)
+    want = torch.einsum("blhf,blhfv->blhv", fq, kv) / (torch.einsum("blhf,blhf->blh", fq, z)[..., None] + EPS)
     torch.testing.assert_close(based_attention_ref(q, k, v), want)
 
 

@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from zoo.errors import ConfigError
+from zoo.mixers import fastpath
 from zoo.model import LanguageModel
 from zoo.registry import check_mixer_kwargs, get_mixer
 
@@ -31,16 +32,41 @@ def test_causal(mixer):
 
 @pytest.mark.parametrize("mixer", ZOO)
 def test_gradients_reach_every_mixer_parameter(mixer):
+    """Every mixer parameter is on the graph. Parameters are perturbed first: references such as RWKV-7
+    start some projections at zero, which zeroes the gradients upstream of them at initialisation."""
     model = small_model(mixer)
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if ".mixer." in n:
+                p.add_(0.1 * torch.randn_like(p))
     model(torch.randint(0, 64, (2, 12))).square().mean().backward()
     missing = [n for n, p in model.named_parameters() if ".mixer." in n and (p.grad is None or not p.grad.any())]
     assert not missing
 
 
+# values of recurrent state per sequence of the 2-layer d_model=32 models of ``small_model`` after L tokens,
+# counted by hand from each definition (conv windows keep kernel_size - 1 past inputs)
+STATE_VALUES = {
+    "hyena": lambda L: 2 * (L * 32 + 3 * 32 * (3 - 1)),  # the long conv's input history + short conv on 3 streams
+    "rwkv": lambda L: 2 * 4 * 32,  # WKV numerator, denominator, max exponent, previous token
+    "rwkv7": lambda L: 2 * (2 * 16 * 16 + 32),  # 2 heads of (16, 16) + previous token
+    "mamba": lambda L: 2 * (64 * 16 + 64 * (4 - 1)),  # (E, N) SSM state + conv on E channels
+    "mamba2": lambda L: 2 * (4 * 16 * 16 + (64 + 2 * 16) * (4 - 1)),  # 4 heads of (N, P) + conv on (x, B, C)
+    "based": lambda L: 32 * (3 - 1) + (1 + 8 + 8 * 9 // 2) * (32 + 1),  # BaseConv, then Taylor features x (V + 1)
+}
+
+
 @pytest.mark.parametrize("mixer", ZOO)
-def test_state_size_is_positive_int(mixer):
-    size = small_model(mixer).state_size(32)
-    assert isinstance(size, int) and size > 0
+@pytest.mark.parametrize("seq_len", [16, 32])
+def test_state_size_counts_values(mixer, seq_len):
+    assert small_model(mixer).state_size(seq_len) == STATE_VALUES[mixer](seq_len)
+
+
+@pytest.mark.parametrize("mixer", ["rwkv", "rwkv7"])
+def test_depth_is_not_a_user_kwarg(mixer):
+    """``n_layers`` comes from the model (like ``layer_idx``), never from mixer_kwargs."""
+    with pytest.raises(ConfigError, match="model.mixer_kwargs.n_layers"):
+        check_mixer_kwargs(mixer, {"n_layers": 4})
 
 
 @pytest.mark.parametrize("mixer, key, value", [("hyena", "emb_dim", 4), ("mamba", "d_state", 12),
@@ -54,6 +80,20 @@ def test_bad_kwarg_names_key_and_value(mixer, key, value):
 def test_unknown_kwarg_is_rejected():
     with pytest.raises(ConfigError, match="model.mixer_kwargs.d_state"):
         check_mixer_kwargs("rwkv", {"d_state": 4})
+
+
+# the op each mixer dispatches and the backends that count as its GPU fast path
+FAST_PATHS = {"hyena": ("hyena.long_conv", {"torch.fft"}), "rwkv": ("rwkv.wkv", {"triton"}),
+              "rwkv7": ("rwkv7.recurrence", {"fla.chunk_rwkv7"}), "mamba": ("mamba.scan", {"mamba_ssm", "triton"}),
+              "mamba2": ("mamba2.ssd", {"ssd_chunked"}), "based": ("based.attention", {"fla.parallel_based"})}
+
+
+@pytest.mark.parametrize("mixer", ZOO)
+def test_cpu_runs_the_reference_path(mixer):
+    fastpath.LAST_BACKEND.clear()
+    small_model(mixer)(torch.randint(0, 64, (1, 8)))
+    op, _ = FAST_PATHS[mixer]
+    assert fastpath.LAST_BACKEND[op] == ("torch.fft" if mixer == "hyena" else fastpath.REFERENCE)  # Hyena: one path
 
 
 def relative_error(a, b):
@@ -71,8 +111,11 @@ def test_gpu_fast_path_matches_cpu_reference(mixer, batch, seq_len, autocast):
     gpu = copy.deepcopy(cpu).cuda()
     ids = torch.randint(0, 256, (batch, seq_len))
     out_cpu = cpu(ids)
+    op, fast = FAST_PATHS[mixer]
+    fastpath.LAST_BACKEND.clear()
     with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
         out_gpu = gpu(ids.cuda())
+    assert fastpath.LAST_BACKEND.get(op) in fast, f"{op} ran on {fastpath.LAST_BACKEND.get(op)}, not {fast}"
     gy = torch.randn_like(out_cpu)
     out_cpu.backward(gy)
     out_gpu.float().backward(gy.cuda())

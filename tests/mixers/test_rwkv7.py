@@ -22,6 +22,7 @@ def test_recurrence_matches_transition_matrices():
 def test_first_layer_values_reach_later_layers():
     torch.manual_seed(0)
     layer1 = RWKV7(32, layer_idx=1, head_dim=16)
+    torch.nn.init.normal_(layer1.o_proj.weight)  # it starts at zero, as in fla
     x = torch.randn(2, 8, 32)
     v_first = torch.randn(2, 8, 32)
     assert not torch.allclose(layer1(x, {"v_first": v_first}), layer1(x, {"v_first": 2 * v_first}))

@@ -1,10 +1,11 @@
-"""BASED (Arora et al. 2024), Zoology's MQAR variant: layers alternate two mixers.
+"""BASED (Arora et al. 2024) as Zoology runs it on MQAR (figure 2): layers alternate two mixers.
 
-* even ``layer_idx``: BaseConv, ``out_proj(proj(x) * conv(x))`` with a causal depthwise conv of length
-  ``conv_kernel``;
+* even ``layer_idx``: BaseConv, ``u + proj(u) * conv(u)`` with a causal depthwise conv of length
+  ``conv_kernel`` (Zoology's ``base_conv.BaseConv``: no output projection, its own residual);
 * odd ``layer_idx``: causal linear attention with the 2nd-order Taylor feature map
   ``phi(q).phi(k) = 1 + s + s^2/2``, ``s = q.k / sqrt(feature_dim)``, normalized by the running sum
-  of those weights. GPU: fla's ``parallel_based``; CPU: ``based_attention_ref`` (quadratic, exact).
+  of those weights (Zoology's ``based.Based``, ``train_view="quadratic"``). GPU: fla's
+  ``parallel_based``; CPU: ``based_attention_ref`` (quadratic, exact).
 """
 from __future__ import annotations
 
@@ -12,11 +13,11 @@ import torch
 from torch import nn
 
 from zoo.errors import ConfigError
-from zoo.mixers.fastpath import fast_module
+from zoo.mixers.fastpath import REFERENCE, fast_module, record
 from zoo.mixers.short_conv import ShortConv
 from zoo.registry import register_mixer
 
-EPS = 1e-6
+EPS = 1e-12  # Zoology's; the normalizer is >= 1/2 per visible key, so it only guards an empty sum
 
 
 def based_attention_ref(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -31,16 +32,15 @@ def based_attention_ref(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> to
 
 
 class BaseConv(nn.Module):
-    """Gated short convolution: (B, L, D) -> (B, L, D)."""
+    """Gated short convolution with a residual, Zoology's definition: (B, L, D) -> (B, L, D)."""
 
     def __init__(self, d_model: int, conv_kernel: int):
         super().__init__()
         self.proj = nn.Linear(d_model, d_model)
         self.conv = ShortConv(d_model, conv_kernel)
-        self.out_proj = nn.Linear(d_model, d_model)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.out_proj(self.proj(x) * self.conv(x))
+        return x + self.proj(x) * self.conv(x)
 
     def state_numel(self) -> int:
         return self.conv.state_numel()
@@ -55,7 +55,7 @@ class TaylorLinearAttention(nn.Module):
         self.q_proj = nn.Linear(d_model, num_heads * feature_dim, bias=False)
         self.k_proj = nn.Linear(d_model, num_heads * feature_dim, bias=False)
         self.v_proj = nn.Linear(d_model, d_model, bias=False)
-        self.out_proj = nn.Linear(d_model, d_model, bias=False)
+        self.o_proj = nn.Linear(d_model, d_model, bias=False)  # Zoology: proj_o (no "out_proj" scaled init)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, L, D = x.shape
@@ -64,13 +64,15 @@ class TaylorLinearAttention(nn.Module):
         v = self.v_proj(x).view(B, L, self.h, D // self.h)
         fla = fast_module("fla.ops.based", "based on GPU (falls back to the quadratic PyTorch reference)", x)
         if fla is not None:
+            record("based.attention", "fla.parallel_based")
             o = fla.parallel_based(q, k, v, scale=self.f ** -0.5, use_norm=True)
         else:
+            record("based.attention", REFERENCE)
             o = based_attention_ref(q, k, v)
-        return self.out_proj(o.reshape(B, L, D))
+        return self.o_proj(o.reshape(B, L, D))
 
     def state_numel(self) -> int:
-        expanded = 1 + self.f + self.f ** 2  # size of the Taylor feature map
+        expanded = 1 + self.f + self.f * (self.f + 1) // 2  # Taylor features, x x^T kept once per pair
         dv = self.v_proj.out_features // self.h
         return self.h * expanded * (dv + 1)  # sum phi(k) v^T and the normalizer sum phi(k)
 
@@ -81,12 +83,13 @@ class Based(nn.Module):
 
     Args:
         d_model: D.
-        feature_dim: F, query/key feature size per head before the Taylor expansion (16).
+        feature_dim: F, query/key feature size per head before the Taylor expansion (8, Zoology's
+            figure 2; its class default is 16).
         num_heads: heads of the linear attention (1); must divide D.
         conv_kernel: length of BaseConv's causal conv (3).
     """
 
-    def __init__(self, d_model: int, layer_idx: int = 0, max_seq_len: int = 2048, feature_dim: int = 16,
+    def __init__(self, d_model: int, layer_idx: int = 0, max_seq_len: int = 2048, feature_dim: int = 8,
                  num_heads: int = 1, conv_kernel: int = 3):
         super().__init__()
         if feature_dim < 1:
@@ -104,5 +107,7 @@ class Based(nn.Module):
         return self.inner(x)
 
     def state_size(self, seq_len: int) -> int:
-        """Bytes per sequence: the conv window, or the linear attention's expanded KV state."""
-        return 4 * self.inner.state_numel()
+        """Values per sequence: the conv's last ``conv_kernel - 1`` inputs, or the linear attention's
+        running sums over the Taylor features (``1 + F + F(F+1)/2`` of them, the symmetric ``x x^T``
+        counted once) times ``(Dv + 1)`` per head: the value sums and the normalizer."""
+        return self.inner.state_numel()

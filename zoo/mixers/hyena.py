@@ -1,20 +1,21 @@
-"""Hyena (Poli et al. 2023), order 2: gated short conv streams around one implicit long convolution.
+"""Hyena (Poli et al. 2023), order 2, as Zoology defines it (``zoology/mixers/hyena.py``).
 
-Per layer: ``in_proj`` D -> 3D, a depthwise causal conv of length ``short_filter_order`` on all three
-streams ``(x0, x1, v)``, then ``y = x0 * (h * (x1 * v))`` where ``h`` is a length-L filter per channel
-produced by a small MLP from sinusoidal positional features and modulated by an exponential decay;
-``*`` with ``h`` is a causal convolution done by FFT with 2L zero padding. Finally ``out_proj``.
-The same code runs on CPU and GPU (the FFT is the fast path).
+Per layer: ``in_proj`` D -> 3D, a depthwise causal conv of length ``short_filter_order`` on the three
+streams ``(x1, x2, v)``, then ``y = x2 * (h * (x1 * v))`` where ``h`` is a length-L filter per channel
+produced by a small MLP (shared-frequency ``sin`` activations) from positional features and modulated
+by an exponential decay; ``*`` with ``h`` is a causal convolution done by FFT with 2L zero padding,
+plus a per-channel skip ``bias``. Finally ``out_proj``. The same code runs on CPU and GPU (the FFT is
+the fast path).
 """
 from __future__ import annotations
 
 import math
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from zoo.errors import ConfigError
+from zoo.mixers.fastpath import record
 from zoo.mixers.short_conv import ShortConv
 from zoo.registry import register_mixer
 
@@ -32,20 +33,6 @@ def fft_causal_conv(u: torch.Tensor, h: torch.Tensor, bias: torch.Tensor) -> tor
     return (y + u.float() * bias.float()).to(u.dtype)
 
 
-class Dense(nn.Module):
-    """``x W^T + b`` with nn.Linear's default uniform init. Deliberately not an nn.Linear: the model's
-    small-std init of linear layers would flatten the implicit filter (its Sin MLP needs O(1) weights)."""
-
-    def __init__(self, d_in: int, d_out: int, bias: bool = True):
-        super().__init__()
-        bound = d_in ** -0.5
-        self.weight = nn.Parameter(torch.empty(d_out, d_in).uniform_(-bound, bound))
-        self.bias = nn.Parameter(torch.empty(d_out).uniform_(-bound, bound)) if bias else None
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(x, self.weight, self.bias)
-
-
 class Sin(nn.Module):
     """sin(freq * x) with a learned per-feature frequency (the implicit filter's activation)."""
 
@@ -58,19 +45,26 @@ class Sin(nn.Module):
 
 
 class ImplicitFilter(nn.Module):
-    """Positions -> (L, D) long filter: features [t, cos, sin bands] -> MLP with Sin -> decay window.
+    """Positions -> (L, D) long filter: features ``z`` -> MLP with Sin -> exponential decay window.
+
+    ``z[t] = [t / (L_max - 1), cos(2 pi f t / L_max), -sin(2 pi f t / L_max)]`` over ``(emb_dim - 1) / 2``
+    bands ``f`` (the real and imaginary parts of ``exp(-i 2 pi f t / L_max)``). ``z`` is a trainable
+    parameter as in Zoology, whose optimizer ignores the small learning rate Hyena's code asks for it.
+    One ``Sin`` module (one set of frequencies) follows every hidden linear layer, as in Zoology.
 
     Args:
         d_model: D, one filter per channel.
         max_seq_len: longest filter that can be produced.
         emb_dim: positional features (odd: t plus (emb_dim-1)/2 cos/sin pairs).
         filter_order: MLP width.
+        num_inner_mlps: hidden ``filter_order -> filter_order`` layers.
         fast_decay_pct, slow_decay_pct: channel decays span from reaching 1e-2 of the initial value
             at this fraction of the sequence (fast) to this fraction (slow).
     """
 
-    def __init__(self, d_model: int, max_seq_len: int, emb_dim: int = 5, filter_order: int = 64,
-                 sin_freq: float = 1.0, fast_decay_pct: float = 0.3, slow_decay_pct: float = 1.5):
+    def __init__(self, d_model: int, max_seq_len: int, emb_dim: int = 3, filter_order: int = 64,
+                 num_inner_mlps: int = 2, sin_freq: float = 1.0, fast_decay_pct: float = 0.3,
+                 slow_decay_pct: float = 1.5):
         super().__init__()
         if emb_dim < 3 or emb_dim % 2 == 0:
             raise ConfigError("model.mixer_kwargs.emb_dim", emb_dim, "an odd integer >= 3")
@@ -78,11 +72,13 @@ class ImplicitFilter(nn.Module):
         bands = (emb_dim - 1) // 2
         f = torch.linspace(1e-4, bands - 1, bands)[None]
         angle = 2 * math.pi * f * torch.arange(max_seq_len)[:, None] / max_seq_len
-        self.register_buffer("z", torch.cat([t, torch.cos(angle), torch.sin(angle)], dim=-1), persistent=False)
+        self.z = nn.Parameter(torch.cat([t, torch.cos(angle), -torch.sin(angle)], dim=-1))
         self.register_buffer("t", t, persistent=False)
-        self.mlp = nn.Sequential(Dense(emb_dim, filter_order), Sin(filter_order, sin_freq),
-                                 Dense(filter_order, filter_order), Sin(filter_order, sin_freq),
-                                 Dense(filter_order, d_model, bias=False))
+        sin = Sin(filter_order, sin_freq)
+        layers = [nn.Linear(emb_dim, filter_order), sin]
+        for _ in range(num_inner_mlps):
+            layers += [nn.Linear(filter_order, filter_order), sin]
+        self.mlp = nn.Sequential(*layers, nn.Linear(filter_order, d_model, bias=False))
         max_decay = math.log(1e-2) / fast_decay_pct
         min_decay = math.log(1e-2) / slow_decay_pct
         self.register_buffer("deltas", torch.linspace(min_decay, max_decay, d_model).abs(), persistent=False)
@@ -94,36 +90,41 @@ class ImplicitFilter(nn.Module):
 
 @register_mixer("hyena")
 class Hyena(nn.Module):
-    """Order-2 Hyena operator: (B, L, D) -> (B, L, D).
+    """Order-2 Hyena operator: (B, L, D) -> (B, L, D). Defaults are Zoology's (figure 2).
 
     Args:
         d_model: D.
         max_seq_len: longest sequence (sizes the implicit filter).
         short_filter_order: length of the depthwise causal conv on the three streams (3).
         filter_order: width of the implicit filter MLP (64).
-        emb_dim: positional features fed to that MLP (5).
+        emb_dim: positional features fed to that MLP (3).
+        num_inner_mlps: hidden layers of that MLP (2).
     """
 
     def __init__(self, d_model: int, layer_idx: int = 0, max_seq_len: int = 2048, short_filter_order: int = 3,
-                 filter_order: int = 64, emb_dim: int = 5):
+                 filter_order: int = 64, emb_dim: int = 3, num_inner_mlps: int = 2):
         super().__init__()
         if short_filter_order < 1:
             raise ConfigError("model.mixer_kwargs.short_filter_order", short_filter_order, "an integer >= 1")
         if filter_order < 1:
             raise ConfigError("model.mixer_kwargs.filter_order", filter_order, "an integer >= 1")
+        if num_inner_mlps < 0:
+            raise ConfigError("model.mixer_kwargs.num_inner_mlps", num_inner_mlps, "an integer >= 0")
         self.d_model = d_model
         self.in_proj = nn.Linear(d_model, 3 * d_model)
         self.short_conv = ShortConv(3 * d_model, short_filter_order)
-        self.filter = ImplicitFilter(d_model, max_seq_len, emb_dim=emb_dim, filter_order=filter_order)
+        self.filter = ImplicitFilter(d_model, max_seq_len, emb_dim=emb_dim, filter_order=filter_order,
+                                     num_inner_mlps=num_inner_mlps)
         self.filter_bias = nn.Parameter(torch.randn(d_model))
         self.out_proj = nn.Linear(d_model, d_model)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x0, x1, v = self.short_conv(self.in_proj(x)).chunk(3, dim=-1)
-        h = self.filter(x.shape[1])
-        y = fft_causal_conv(x1 * v, h, self.filter_bias)
-        return self.out_proj(x0 * y)
+        x1, x2, v = self.short_conv(self.in_proj(x)).chunk(3, dim=-1)
+        record("hyena.long_conv", "torch.fft")  # one path on every device
+        y = fft_causal_conv(x1 * v, self.filter(x.shape[1]), self.filter_bias)
+        return self.out_proj(x2 * y)
 
     def state_size(self, seq_len: int) -> int:
-        """Bytes per sequence: the long conv needs its whole input history, plus the short conv's window."""
-        return 4 * (seq_len * self.d_model + self.short_conv.state_numel())
+        """Values per sequence: the long conv needs its whole input history (``seq_len * D``), plus the
+        short conv's last ``short_filter_order - 1`` inputs of the three streams."""
+        return seq_len * self.d_model + self.short_conv.state_numel()

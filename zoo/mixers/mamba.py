@@ -16,7 +16,7 @@ from torch import nn
 
 from kernels.selective_scan.naive import selective_scan_naive
 from zoo.errors import ConfigError
-from zoo.mixers.fastpath import fast_module
+from zoo.mixers.fastpath import REFERENCE, fast_module, record
 from zoo.mixers.short_conv import ShortConv
 from zoo.registry import register_mixer
 
@@ -25,17 +25,20 @@ def scan(u: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C:
     """Selective scan, ``selective_scan_naive``'s signature: u, dt: (Bt, L, E); A: (E, N); B, C: (Bt, L, N)."""
     ssm = fast_module("mamba_ssm.ops.selective_scan_interface", "mamba's fused scan (uses our Triton scan)", u)
     if ssm is not None:
+        record("mamba.scan", "mamba_ssm")
         y = ssm.selective_scan_fn(u.transpose(1, 2).contiguous(), dt.transpose(1, 2).contiguous(), A.float(),
                                   B.transpose(1, 2).contiguous(), C.transpose(1, 2).contiguous())
         return y.transpose(1, 2)
     fused = fast_module("kernels.selective_scan.fused_recurrent", "mamba on GPU (falls back to the PyTorch "
                         "recurrence)", u)
+    record("mamba.scan", REFERENCE if fused is None else "triton")
     return selective_scan_naive(u, dt, A, B, C) if fused is None else fused.selective_scan(u, dt, A, B, C)
 
 
 @register_mixer("mamba")
 class Mamba(nn.Module):
-    """The Mamba-1 block: (B, L, D) -> (B, L, D).
+    """The Mamba-1 block: (B, L, D) -> (B, L, D), mamba-ssm's ``Mamba`` (the reference) in zoo's names
+    (its ``dt_proj.bias`` is ``dt_bias`` here); defaults and initialisation are mamba-ssm's.
 
     Args:
         d_model: D.
@@ -65,7 +68,7 @@ class Mamba(nn.Module):
         self.conv = ShortConv(E, d_conv)
         self.x_proj = nn.Linear(E, dt_rank + 2 * d_state, bias=False)
         self.dt_proj = nn.Linear(dt_rank, E, bias=False)
-        dt = torch.exp(torch.rand(E) * (math.log(dt_max) - math.log(dt_min)) + math.log(dt_min))
+        dt = torch.exp(torch.rand(E) * (math.log(dt_max) - math.log(dt_min)) + math.log(dt_min)).clamp(min=1e-4)
         self.dt_bias = nn.Parameter(dt + torch.log(-torch.expm1(-dt)))  # softplus(dt_bias) = dt
         self.A_log = nn.Parameter(torch.log(torch.arange(1, d_state + 1, dtype=torch.float32)).repeat(E, 1))
         self.D = nn.Parameter(torch.ones(E))
@@ -80,5 +83,5 @@ class Mamba(nn.Module):
         return self.out_proj((y * F.silu(z.float())).to(u.dtype))
 
     def state_size(self, seq_len: int) -> int:
-        """Bytes per sequence: the (E, N) SSM state plus the conv window."""
-        return 4 * (self.d_inner * self.d_state + self.conv.state_numel())
+        """Values per sequence: the (E, N) SSM state plus the conv's last ``d_conv - 1`` inputs."""
+        return self.d_inner * self.d_state + self.conv.state_numel()

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from zoo.errors import ConfigError
+from zoo.mixers.fastpath import REFERENCE, record
 from zoo.mixers.short_conv import ShortConv
 from zoo.registry import register_mixer
 
@@ -69,6 +70,7 @@ def ssd_chunked(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Ten
 
 def ssd(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor) -> torch.Tensor:
     """SSD scan with ``ssd_ref``'s signature: the chunked form on GPU, the quadratic reference on CPU."""
+    record("mamba2.ssd", "ssd_chunked" if x.is_cuda else REFERENCE)
     return ssd_chunked(x, dt, A, B, C) if x.is_cuda else ssd_ref(x, dt, A, B, C)
 
 
@@ -87,17 +89,19 @@ class GatedRMSNorm(nn.Module):
 
 @register_mixer("mamba2")
 class Mamba2(nn.Module):
-    """The Mamba-2 block: (B, L, D) -> (B, L, D).
+    """The Mamba-2 block: (B, L, D) -> (B, L, D), fla's / mamba-ssm's ``Mamba2`` (the reference) with one
+    group of B and C, scalar D per head and the gated RMSNorm after the gate; defaults and initialisation
+    are theirs.
 
     Args:
         d_model: D.
-        d_state: N (64).
+        d_state: N (128).
         expand: inner width E = expand * D (2).
         headdim: P, so E / P heads (64); must divide E.
         d_conv: causal conv length on (x, B, C) (4).
     """
 
-    def __init__(self, d_model: int, layer_idx: int = 0, max_seq_len: int = 2048, d_state: int = 64,
+    def __init__(self, d_model: int, layer_idx: int = 0, max_seq_len: int = 2048, d_state: int = 128,
                  expand: int = 2, headdim: int = 64, d_conv: int = 4, dt_min: float = 1e-3, dt_max: float = 0.1):
         super().__init__()
         d_inner = expand * d_model
@@ -111,7 +115,7 @@ class Mamba2(nn.Module):
         self.nheads = d_inner // headdim
         self.in_proj = nn.Linear(d_model, 2 * d_inner + 2 * d_state + self.nheads, bias=False)
         self.conv = ShortConv(d_inner + 2 * d_state, d_conv)
-        dt = torch.exp(torch.rand(self.nheads) * (math.log(dt_max) - math.log(dt_min)) + math.log(dt_min))
+        dt = torch.exp(torch.rand(self.nheads) * (math.log(dt_max) - math.log(dt_min)) + math.log(dt_min)).clamp(min=1e-4)
         self.dt_bias = nn.Parameter(dt + torch.log(-torch.expm1(-dt)))  # softplus(dt_bias) = dt
         self.A_log = nn.Parameter(torch.log(torch.empty(self.nheads).uniform_(1, 16)))
         self.D = nn.Parameter(torch.ones(self.nheads))
@@ -128,5 +132,6 @@ class Mamba2(nn.Module):
         return self.out_proj(self.norm(y.reshape(Bt, L, self.d_inner), z))
 
     def state_size(self, seq_len: int) -> int:
-        """Bytes per sequence: the (N, P) state of every head plus the conv window."""
-        return 4 * (self.nheads * self.d_state * self.headdim + self.conv.state_numel())
+        """Values per sequence: the (N, P) state of every head plus the conv's last ``d_conv - 1`` inputs
+        of (x, B, C)."""
+        return self.nheads * self.d_state * self.headdim + self.conv.state_numel()

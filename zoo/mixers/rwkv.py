@@ -2,8 +2,9 @@
 
 Token shift mixes each token with the previous one, then ``k, v, r`` projections, the WKV operator
 (``kernels/wkv4``: a per-channel decayed, normalized average of past values with a bonus ``u`` for
-the current token), the receptance gate ``sigmoid(r)`` and ``out_proj``. GPU: our Triton WKV;
-CPU: the PyTorch recurrence.
+the current token), the receptance gate ``sigmoid(r)`` and the ``output`` projection. GPU: our Triton
+WKV; CPU: the PyTorch recurrence. Definition and initialisation follow Zoology's ``RWKVTimeMixer``
+(RWKV-LM's v4 time mixing).
 """
 from __future__ import annotations
 
@@ -14,34 +15,49 @@ import torch.nn.functional as F
 from torch import nn
 
 from kernels.wkv4.naive import wkv4_naive
-from zoo.mixers.fastpath import fast_module
+from zoo.mixers.fastpath import REFERENCE, fast_module, record
 from zoo.registry import register_mixer
 
 
 def wkv(w: torch.Tensor, u: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """WKV: w, u: (C,); k, v: (B, L, C) -> float32 (B, L, C); Triton on GPU, the recurrence elsewhere."""
     fused = fast_module("kernels.wkv4.fused_recurrent", "rwkv on GPU (falls back to the PyTorch recurrence)", k)
+    record("rwkv.wkv", REFERENCE if fused is None else "triton")
     return wkv4_naive(w, u, k, v) if fused is None else fused.wkv4(w, u, k, v)
+
+
+def depth_ratios(layer_idx: int, n_layers: int) -> tuple[float, float]:
+    """RWKV's depth schedule: ``(layer_idx / (n_layers - 1), 1 - layer_idx / n_layers)``, i.e. 0 -> 1 and
+    1 -> almost 0 from the first layer to the last (the first is 0 for a single layer)."""
+    return layer_idx / max(n_layers - 1, 1), 1.0 - layer_idx / n_layers
 
 
 @register_mixer("rwkv")
 class RWKV4(nn.Module):
-    """RWKV-4 time mixing: (B, L, D) -> (B, L, D). No keyword arguments."""
+    """RWKV-4 time mixing: (B, L, D) -> (B, L, D). No keyword arguments.
 
-    def __init__(self, d_model: int, layer_idx: int = 0, max_seq_len: int = 2048):
+    ``n_layers`` is the model's depth (the model passes it, like ``layer_idx``): the decay, bonus and
+    token-shift initialisation changes with ``layer_idx / n_layers`` as in RWKV-LM. Zoology's
+    ``RWKVTimeMixer`` takes the same schedule but is never given the depth, so its 2-layer MQAR models
+    use its default ``n_layer=12``; zoo uses the real depth.
+    """
+
+    def __init__(self, d_model: int, layer_idx: int = 0, max_seq_len: int = 2048, n_layers: int = 2):
         super().__init__()
         D = d_model
-        frac = torch.arange(D) / max(D - 1, 1)
-        ddd = torch.arange(D) / D
-        self.time_decay = nn.Parameter(-5 + 8 * frac ** 0.7)  # per-step decay rate w = exp(time_decay)
-        self.time_first = nn.Parameter(math.log(0.3) + 0.5 * ((torch.arange(D) + 1) % 3 - 1))
-        self.time_mix_k = nn.Parameter(ddd.clone())
-        self.time_mix_v = nn.Parameter(ddd.clone())
-        self.time_mix_r = nn.Parameter(ddd ** 0.5)
+        ratio_0_to_1, ratio_1_to_almost0 = depth_ratios(layer_idx, n_layers)
+        h = torch.arange(D, dtype=torch.float64)
+        ddd = h / D
+        # per-step decay rate w = exp(time_decay), slow for the first channels, fast for the last
+        self.time_decay = nn.Parameter((-5 + 8 * (h / max(D - 1, 1)) ** (0.7 + 1.3 * ratio_0_to_1)).float())
+        self.time_first = nn.Parameter((math.log(0.3) + 0.5 * ((h + 1) % 3 - 1)).float())
+        self.time_mix_k = nn.Parameter((ddd ** ratio_1_to_almost0).float())
+        self.time_mix_v = nn.Parameter((ddd ** ratio_1_to_almost0 + 0.3 * ratio_0_to_1).float())
+        self.time_mix_r = nn.Parameter((ddd ** (0.5 * ratio_1_to_almost0)).float())
         self.key = nn.Linear(D, D, bias=False)
         self.value = nn.Linear(D, D, bias=False)
         self.receptance = nn.Linear(D, D, bias=False)
-        self.out_proj = nn.Linear(D, D, bias=False)
+        self.output = nn.Linear(D, D, bias=False)  # Zoology's name (it gets no "out_proj" scaled init)
         self.d_model = D
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -50,8 +66,9 @@ class RWKV4(nn.Module):
         xv = torch.lerp(prev, x, self.time_mix_v.to(x.dtype))
         xr = torch.lerp(prev, x, self.time_mix_r.to(x.dtype))
         y = wkv(torch.exp(self.time_decay.float()), self.time_first.float(), self.key(xk), self.value(xv))
-        return self.out_proj(torch.sigmoid(self.receptance(xr)) * y.to(x.dtype))
+        return self.output(torch.sigmoid(self.receptance(xr)) * y.to(x.dtype))
 
     def state_size(self, seq_len: int) -> int:
-        """Bytes per sequence: WKV numerator, denominator and max exponent, plus the shifted token."""
-        return 4 * 4 * self.d_model
+        """Values per sequence: WKV's numerator, denominator and running max exponent per channel, plus
+        the previous token for the shift (RWKV-LM's RNN state ``aa, bb, pp, xx``): ``4 D``."""
+        return 4 * self.d_model

@@ -10,12 +10,14 @@ mixed into their values. GPU: fla's ``chunk_rwkv7``; CPU: ``rwkv7_recurrence_ref
 """
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from zoo.errors import ConfigError
-from zoo.mixers.fastpath import fast_module
+from zoo.mixers.fastpath import REFERENCE, fast_module, record
 from zoo.registry import register_mixer
 
 W_SCALE = 0.6065306597126334  # exp(-0.5): per-step log decay lies in (-W_SCALE, 0)
@@ -38,7 +40,11 @@ def rwkv7_recurrence_ref(r, w, k, v, a, b) -> torch.Tensor:
 
 
 class LoRA(nn.Module):
-    """D -> rank -> out with an optional activation in between: (..., D) -> (..., out)."""
+    """D -> rank -> out with an optional activation in between: (..., D) -> (..., out).
+
+    fla's initialisation: the down projection starts at zero, the up projection orthogonal with gain
+    ``0.1 * max(1, sqrt(rank / out))``, the bias at zero (the layer then sets it).
+    """
 
     def __init__(self, d_in: int, d_out: int, rank: int, activation: nn.Module | None, bias: bool = True):
         super().__init__()
@@ -46,38 +52,64 @@ class LoRA(nn.Module):
         self.act = activation or nn.Identity()
         self.up = nn.Linear(rank, d_out, bias=False)
         self.bias = nn.Parameter(torch.zeros(d_out)) if bias else None
+        with torch.no_grad():
+            nn.init.zeros_(self.down.weight)
+            nn.init.orthogonal_(self.up.weight, gain=0.1 * max(1.0, math.sqrt(rank / d_out)))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = self.up(self.act(self.down(x)))
         return y if self.bias is None else y + self.bias.to(y.dtype)
 
 
+def default_rank(d_model: int, head_dim: int, scale: float, per_head: bool = True) -> int:
+    """fla's LoRA rank rule: ``scale * sqrt(D)`` (times ``head_dim / 64`` where ``per_head``) rounded to a
+    multiple of 32, at least 32."""
+    factor = head_dim / 64 if per_head else 1.0
+    return max(32, int(round(scale * d_model ** 0.5 * factor / 32) * 32))
+
+
 @register_mixer("rwkv7")
 class RWKV7(nn.Module):
-    """RWKV-7 time mixing: (B, L, D) -> (B, L, D).
+    """RWKV-7 time mixing: (B, L, D) -> (B, L, D), fla's ``RWKV7Attention`` (the reference) in zoo's names.
+
+    Initialisation is fla's, which scales with depth: ``n_layers`` is the model's depth (the model passes
+    it, like ``layer_idx``); token-shift mixes, the decay bias and the output norm's gain depend on
+    ``layer_idx / n_layers``. The output projection starts at zero and the LoRA down projections too,
+    as in fla and RWKV-LM.
 
     Args:
         d_model: D.
         head_dim: K = V per head (64); must divide D.
-        decay_rank, iclr_rank, value_rank, gate_rank: LoRA ranks of w, a, v-mix and the output gate.
+        decay_rank, iclr_rank, value_rank, gate_rank: LoRA ranks of w, a, v-mix and the output gate;
+            None picks fla's rule (``default_rank``: 2.5, 2.5, 1.7 and 5 times sqrt(D), at least 32).
     """
 
     uses_layer_state = True
 
-    def __init__(self, d_model: int, layer_idx: int = 0, max_seq_len: int = 2048, head_dim: int = 64,
-                 decay_rank: int = 32, iclr_rank: int = 32, value_rank: int = 32, gate_rank: int = 64):
+    def __init__(self, d_model: int, layer_idx: int = 0, max_seq_len: int = 2048, n_layers: int = 2,
+                 head_dim: int = 64, decay_rank: int | None = None, iclr_rank: int | None = None,
+                 value_rank: int | None = None, gate_rank: int | None = None):
         super().__init__()
         if head_dim < 1 or d_model % head_dim:
             raise ConfigError("model.mixer_kwargs.head_dim", head_dim, f"a divisor of d_model={d_model}")
+        decay_rank = default_rank(d_model, head_dim, 2.5) if decay_rank is None else decay_rank
+        iclr_rank = default_rank(d_model, head_dim, 2.5) if iclr_rank is None else iclr_rank
+        value_rank = default_rank(d_model, head_dim, 1.7) if value_rank is None else value_rank
+        gate_rank = default_rank(d_model, head_dim, 5.0, per_head=False) if gate_rank is None else gate_rank
         for key, rank in (("decay_rank", decay_rank), ("iclr_rank", iclr_rank), ("value_rank", value_rank),
                           ("gate_rank", gate_rank)):
-            if rank < 1:
-                raise ConfigError(f"model.mixer_kwargs.{key}", rank, "an integer >= 1")
+            if not isinstance(rank, int) or rank < 1:
+                raise ConfigError(f"model.mixer_kwargs.{key}", rank, "an integer >= 1 or None (fla's rule)")
         D, self.layer_idx, self.head_dim, self.n_heads = d_model, layer_idx, head_dim, d_model // head_dim
-        n = torch.arange(D) / (D - 1)
-        zigzag = ((torch.arange(D) % head_dim) - (head_dim - 1) / 2) / ((head_dim - 1) / 2)
+        ratio_0_to_1 = layer_idx / max(n_layers - 1, 1)
+        ratio_1_to_almost0 = 1.0 - layer_idx / n_layers
+        idx = torch.arange(D, dtype=torch.float64)
+        linear = idx / (D - 1) - 0.5
+        zigzag = ((idx % head_dim) - (head_dim - 1) / 2) / ((head_dim - 1) / 2)
         zigzag = zigzag * zigzag.abs()
-        self.mix = nn.Parameter((1 - (torch.arange(D) / D) ** torch.tensor([0.2, 0.9, 0.7, 0.7, 0.9, 0.2])[:, None]))
+        # token-shift mixes of the r, w, k, v, a, g inputs: x + (x_{t-1} - x) * x_*
+        for name, exponent in (("x_r", 0.2), ("x_w", 0.9), ("x_k", 0.7), ("x_v", 0.7), ("x_a", 0.9), ("x_g", 0.2)):
+            setattr(self, name, nn.Parameter((1 - (idx / D) ** (exponent * ratio_1_to_almost0)).float()))
         self.r_proj = nn.Linear(D, D, bias=False)
         self.k_proj = nn.Linear(D, D, bias=False)
         self.v_proj = nn.Linear(D, D, bias=False)
@@ -85,22 +117,29 @@ class RWKV7(nn.Module):
         self.a_lora = LoRA(D, D, iclr_rank, None)
         self.g_lora = LoRA(D, D, gate_rank, nn.Sigmoid(), bias=False)
         self.v_lora = LoRA(D, D, value_rank, None) if layer_idx > 0 else None
-        with torch.no_grad():
-            self.w_lora.bias.copy_(-6 + 6 * n ** 1.0 + 0.5 + 2.5 * zigzag)
-            self.a_lora.bias.copy_(-0.19 + 0.3 * zigzag + 0.4 * (n - 0.5))
-            if self.v_lora is not None:
-                self.v_lora.bias.copy_(0.73 - 0.4 * (n - 0.5))
-        self.k_k = nn.Parameter(0.71 - 0.1 * (n - 0.5))
+        self.k_k = nn.Parameter((0.71 - 0.1 * linear).float())
         self.k_a = nn.Parameter(torch.full((D,), 1.02))
         self.r_k = nn.Parameter(torch.full((self.n_heads, head_dim), -0.04))
         self.g_norm = nn.GroupNorm(self.n_heads, D, eps=head_dim * 1e-5)
-        self.out_proj = nn.Linear(D, D, bias=False)
+        self.o_proj = nn.Linear(D, D, bias=False)
+        with torch.no_grad():
+            decay = -6 + 6 * (idx / (D - 1)) ** (1 + ratio_0_to_1 ** 0.3)
+            self.w_lora.bias.copy_(decay + 0.5 + 2.5 * zigzag)
+            self.a_lora.bias.copy_(-0.19 + 0.3 * zigzag + 0.4 * linear)
+            if self.v_lora is not None:
+                self.v_lora.bias.copy_(0.73 - 0.4 * linear)
+            self.g_norm.weight.fill_(((layer_idx + 1) / n_layers) ** 0.7)
+            nn.init.orthogonal_(self.r_proj.weight)
+            nn.init.orthogonal_(self.k_proj.weight, gain=0.1)
+            nn.init.orthogonal_(self.v_proj.weight)
+            nn.init.zeros_(self.o_proj.weight)
 
     def forward(self, x: torch.Tensor, layer_state: dict | None = None) -> torch.Tensor:
         Bt, L, D = x.shape
         H, K = self.n_heads, self.head_dim
         shifted = F.pad(x, (0, 0, 1, -1))
-        xr, xw, xk, xv, xa, xg = (x + (shifted - x) * m for m in self.mix.to(x.dtype))
+        xr, xw, xk, xv, xa, xg = (x + (shifted - x) * m.to(x.dtype)
+                                  for m in (self.x_r, self.x_w, self.x_k, self.x_v, self.x_a, self.x_g))
         r, k, v = self.r_proj(xr), self.k_proj(xk), self.v_proj(xv)
         w = -W_SCALE * torch.sigmoid(self.w_lora(xw).float())
         if self.layer_idx == 0 or self.v_lora is None:
@@ -116,14 +155,16 @@ class RWKV7(nn.Module):
         r, k, v, a, w = (t.view(Bt, L, H, K) for t in (r, k, v, a, w))
         fla = fast_module("fla.ops.rwkv7", "rwkv7 on GPU (falls back to the PyTorch recurrence)", x)
         if fla is not None:
+            record("rwkv7.recurrence", "fla.chunk_rwkv7")
             o, _ = fla.chunk_rwkv7(r=r, w=w.to(r.dtype), k=k, v=v, a=-kk, b=kk * a, scale=1.0, safe_gate=True,
                                    lower_bound=-W_SCALE, chunk_size=64)
         else:
+            record("rwkv7.recurrence", REFERENCE)
             o = rwkv7_recurrence_ref(r, w, k, v, -kk, kk * a)
         o = self.g_norm(o.reshape(Bt * L, D).float()).view(Bt, L, H, K)
         o = o + (r * k * self.r_k).sum(-1, keepdim=True).float() * v.float()  # the "bonus" of the current token
-        return self.out_proj((o.reshape(Bt, L, D) * g.float()).to(x.dtype))
+        return self.o_proj((o.reshape(Bt, L, D) * g.float()).to(x.dtype))
 
     def state_size(self, seq_len: int) -> int:
-        """Bytes per sequence: H (K, V) states plus the shifted token."""
-        return 4 * (self.n_heads * self.head_dim ** 2 + self.n_heads * self.head_dim)
+        """Values per sequence: H (K, V) states plus the previous token for the shift: ``H K^2 + D``."""
+        return self.n_heads * self.head_dim ** 2 + self.n_heads * self.head_dim

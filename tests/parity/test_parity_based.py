@@ -1,0 +1,20 @@
+"""zoo's BASED layers against Zoology's (dbcb60d): ``BaseConv`` (even layers) and ``Based`` with the
+Taylor feature map, quadratic view (odd layers); same weights, outputs and gradients (fixtures)."""
+from capture import assert_small, compare
+from fixtures import load_fixture
+from zoo.mixers.based import Based
+
+# Zoology's parameter names -> zoo's
+BASE_CONV = {"projection.weight": "inner.proj.weight", "projection.bias": "inner.proj.bias",
+             "conv.conv.weight": "inner.conv.conv.weight", "conv.conv.bias": "inner.conv.conv.bias"}
+TAYLOR = {"proj_q.weight": "inner.q_proj.weight", "proj_k.weight": "inner.k_proj.weight",
+          "proj_v.weight": "inner.v_proj.weight", "proj_o.weight": "inner.o_proj.weight"}
+
+
+def test_base_conv_matches_zoology():
+    assert_small(compare(Based(16, layer_idx=0, conv_kernel=3), load_fixture("zoology_base_conv"), BASE_CONV), 1e-5)
+
+
+def test_taylor_attention_matches_zoology():
+    layer = Based(16, layer_idx=1, feature_dim=8, num_heads=2)
+    assert_small(compare(layer, load_fixture("zoology_based"), TAYLOR), 1e-5)
