@@ -1,11 +1,13 @@
 """``python -m zoo.bench``: zoo's speed on the local GPU, with its peers measured in the same process.
 
 Sections (``--sections``, default all):
-  steps    one training step (fwd+bwd) of every mixer, B=256, N=256, d_model=128 (zoo.bench.step)
+  steps    one training step (zoo.step.TrainStep) of every mixer, eager / CUDA graphs / a group of 4, B=256 N=256 d=128
   zoology  Zoology vs zoo on MQAR N=256, kv=16, d=128, batch 256, 100k/3k: data time, epoch time, accuracy
-  epochs   seconds per epoch of every mixer at every N of the sweep (d_model=128), and width factors
+           (needs --zoology; Zoology runs last, after every zoo measurement)
+  epochs   seconds per epoch of every mixer at every N of the sweep (d_model=128), one run and a group of
+           the sweep's learning rates, and width factors
   scaling  aggregate epochs/s of 1, 2, 4, 8 concurrent runs on one GPU
-  grid     projected wall time of the whole sweep on one GPU (needs epochs and scaling)
+  grid     projected wall time of the whole sweep on one GPU, in groups (needs epochs and scaling)
 """
 from __future__ import annotations
 
@@ -15,21 +17,12 @@ import time
 from pathlib import Path
 
 import torch
+from omegaconf import OmegaConf
 
-from zoo.bench.throughput import concurrent_epoch_rate, project_grid, time_run, timing_config
-from zoo.sweep import load_sweep
+from zoo.bench.throughput import (TIMING_LR, cell_config, concurrent_epoch_rate, project_grid, time_group, time_run,
+                                  timing_config)
 
 SECTIONS = ("steps", "zoology", "epochs", "scaling", "grid")
-TIMING_LR = 2.1544e-3
-
-
-def _pick(sweep, mixer: str, n: int, d_model: int):
-    for run in sweep.runs:
-        c = run.cfg
-        if (c.model.mixer, c.task.params.input_seq_len, c.model.d_model) == (mixer, n, d_model) \
-                and abs(c.train.lr - TIMING_LR) < 1e-6:
-            return c
-    raise KeyError((mixer, n, d_model))
 
 
 def _table(title: str, header: list[str], rows: list[list]) -> str:
@@ -42,80 +35,103 @@ def _table(title: str, header: list[str], rows: list[list]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m zoo.bench", description=__doc__.splitlines()[0])
     parser.add_argument("--sections", default=",".join(SECTIONS), help=f"comma list of {SECTIONS}")
-    parser.add_argument("--sweep", default="sweeps/mqar.yaml")
+    parser.add_argument("--sweep", default="sweeps/mqar.yaml", help="the sweep whose cells are timed")
     parser.add_argument("--zoology", help="path to a Zoology checkout (the zoology section is skipped without it)")
     parser.add_argument("--epochs", type=int, default=3, help="epochs per timing run (the first is warm-up)")
     parser.add_argument("--runs", default="1,2,4,8", help="concurrent runs for the scaling section")
     parser.add_argument("--lengths", help="comma list of N to time (default: every N of the sweep)")
     parser.add_argument("--mixers", help="comma list of mixers to time (default: the sweep's)")
+    parser.add_argument("--step-shape", default="256,256,128", help="B,N,d_model of the steps section")
     parser.add_argument("--json", help="also write all numbers to this file")
     args = parser.parse_args(argv)
     sections = args.sections.split(",")
     bad = [s for s in sections if s not in SECTIONS]
     if bad:
         parser.error(f"--sections={bad[0]!r} is not valid: expected a comma list of {', '.join(SECTIONS)}")
-    if not torch.cuda.is_available():
-        print("note: no CUDA device; timings below are CPU timings")
-    device = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
-    print(f"device: {device}, torch {torch.__version__}")
-    sweep = load_sweep(args.sweep)
-    mixers = args.mixers.split(",") if args.mixers else list(dict.fromkeys(r.cfg.model.mixer for r in sweep.runs))
-    lengths = sorted({r.cfg.task.params.input_seq_len for r in sweep.runs})
-    if args.lengths:
-        lengths = [n for n in lengths if str(n) in args.lengths.split(",")]
-    widths = sorted({r.cfg.model.d_model for r in sweep.runs})
+    cuda = torch.cuda.is_available()
+    device = torch.cuda.get_device_name() if cuda else "cpu"
+    print(f"device: {device}, torch {torch.__version__}" + ("" if cuda else " (no CUDA device: CPU timings)"))
+    spec = OmegaConf.load(args.sweep)
+    grid = spec.grid
+    mixers = args.mixers.split(",") if args.mixers else list(grid["model.mixer"])
+    shapes = {s["task.params.input_seq_len"]: dict(s) for s in grid["shape"]}
+    lengths = sorted(n for n in shapes if not args.lengths or str(n) in args.lengths.split(","))
+    widths = sorted(grid["model.d_model"])
+    lrs = list(grid["train.lr"])
     ref_n = 256 if 256 in lengths else lengths[0]  # the reference cell: Zoology's N=256, d=128
     ref_d = 128 if 128 in widths else widths[0]
+    lr = TIMING_LR if TIMING_LR in lrs else lrs[0]
+
+    def config(mixer, n, d, **train):
+        return timing_config(cell_config(mixer, shapes[n], d, lr, args.sweep), args.epochs, **train)
+
     out: dict = {"device": device}
     t_start = time.time()
 
     if "steps" in sections:
         from zoo.bench.step import HEADER, format_row, step_times
 
+        batch, n, d = map(int, args.step_shape.split(","))
+        print(f"one training step, B={batch} N={n} d_model={d}, bf16 on CUDA, median of 20", flush=True)
         print(HEADER, flush=True)
-        rows = step_times(mixers + [m for m in ("mamba2", "rwkv7") if m not in mixers],
+        extra = [] if args.mixers else [m for m in ("mamba2", "rwkv7") if m not in mixers]  # beyond the paper grid
+        rows = step_times(mixers + extra, batch, n, d,
+                          "cuda" if cuda else "cpu", iters=20 if cuda else 2, warmup=5 if cuda else 1,
                           on_row=lambda row: print(format_row(row), flush=True))
         out["steps"] = rows
 
     if "zoology" in sections and args.zoology:
         from zoo.bench.zoology_peer import zoology_attention_epoch
 
-        base = _pick(sweep, "softmax", 256, 128)
-        modes = {"zoo fp32": {"precision": "fp32"}, "zoo bf16": {"cuda_graphs": False},
-                 "zoo bf16 graphs": {"cuda_graphs": True}, "zoo bf16 compile": {"compile": True}}
-        ours = {name: time_run(timing_config(base, args.epochs, **train)) for name, train in modes.items()}
-        peer = zoology_attention_epoch(args.zoology, lr=TIMING_LR, epochs=args.epochs)
-        out["zoology"] = {"zoology fp32": peer, **ours}
+        modes = {"zoo fp32": {"precision": "fp32", "cuda_graphs": False}, "zoo bf16 eager": {"cuda_graphs": False},
+                 "zoo bf16 graphs": {"cuda_graphs": True}}
+        if cuda:  # on a CPU, compiling would time the C++ compiler
+            modes["zoo bf16 compile"] = {"compile": True}
+        results = {name: time_run(config("softmax", ref_n, ref_d, **train)) for name, train in modes.items()}
+        base = config("softmax", ref_n, ref_d)
+        results["zoology fp32"] = zoology_attention_epoch(
+            args.zoology, seq_len=ref_n, kv=base.task.params.num_kv_pairs, d_model=ref_d,
+            batch=base.train.batch_size, num_train=base.task.train[0].num_examples,
+            num_test=base.task.test[0].num_examples, lr=lr, epochs=args.epochs)
+        out["zoology"] = results
+        peer = results["zoology fp32"]
         rows = [[name, r["data_s"], r["epoch_s"], peer["epoch_s"] / r["epoch_s"], peer["data_s"] / r["data_s"],
                  " ".join(map(str, r["accuracy"]))]
-                for name, r in out["zoology"].items() if r["status"] == "completed"]
-        print(_table("MQAR N=256 kv=16 d=128 batch 256, 100k/3k, attention (Zoology's figure-2 config)",
+                for name, r in results.items() if r.get("status") == "completed"]
+        rows += [[name, "-", "-", "-", "-", r.get("status")] for name, r in results.items()
+                 if r.get("status") != "completed"]
+        print(_table(f"MQAR N={ref_n} kv={base.task.params.num_kv_pairs} d={ref_d} batch {base.train.batch_size}, "
+                     "attention, one process (x = Zoology's time / this row's)",
                      ["", "data s", "epoch s", "x epoch", "x data", "val acc per epoch"], rows), flush=True)
 
-    epoch_s, width_factor = {}, {}
+    epoch_s, group_s, width_factor = {}, {}, {}
     if "epochs" in sections or "grid" in sections:
         rows = []
         for mixer in mixers:
             for n in lengths:
-                r = time_run(timing_config(_pick(sweep, mixer, n, ref_d), args.epochs))
-                epoch_s[(mixer, n)] = r.get("epoch_s", float("nan"))
-                rows.append([mixer, n, r.get("data_s", float("nan")), epoch_s[(mixer, n)], r["status"]])
-                print(f"  {mixer} N={n}: {r}", flush=True)
+                one = time_run(config(mixer, n, ref_d))
+                group = time_group([config(mixer, n, ref_d, lr=x) for x in lrs])
+                epoch_s[(mixer, n)] = one.get("epoch_s", float("nan"))
+                group_s[(mixer, n)] = group.get("epoch_s", float("nan"))
+                rows.append([mixer, n, one.get("data_s", float("nan")), epoch_s[(mixer, n)], group_s[(mixer, n)],
+                             group_s[(mixer, n)] / epoch_s[(mixer, n)], one["status"]])
+                print("  " + "  ".join(map(str, rows[-1])), flush=True)
         for n in lengths:
             for d in widths:
                 if d != ref_d:
-                    r = time_run(timing_config(_pick(sweep, "softmax", n, d), args.epochs))
-                    width_factor[(n, d)] = r.get("epoch_s", float("nan")) / epoch_s[("softmax", n)]
-        out["epochs"] = {f"{m}/{n}": s for (m, n), s in epoch_s.items()}
+                    r = time_group([config("softmax", n, d, lr=x) for x in lrs])
+                    width_factor[(n, d)] = r.get("epoch_s", float("nan")) / group_s[("softmax", n)]
+        out["epochs"] = {f"{m}/{n}": [epoch_s[(m, n)], group_s[(m, n)]] for (m, n) in epoch_s}
         out["width_factor"] = {f"{n}/{d}": f for (n, d), f in width_factor.items()}
-        print(_table(f"seconds per epoch, d_model={ref_d} (median of epochs 2..)", ["mixer", "N", "data s", "epoch s",
-                                                                                 "status"], rows))
-        print("width factors (softmax, epoch time relative to d=128): " +
+        print(_table(f"seconds per epoch, d_model={ref_d} (median of epochs 2..); group = the sweep's {len(lrs)} lrs "
+                     "in one process", ["mixer", "N", "data s", "epoch s", f"group{len(lrs)} s", "x one", "status"],
+                     rows))
+        print("width factors (softmax group, epoch time relative to d=%d): " % ref_d +
               ", ".join(f"N={n} d={d}: {f:.2f}" for (n, d), f in width_factor.items()), flush=True)
 
     speedup = 1.0
     if "scaling" in sections or "grid" in sections:
-        base = timing_config(_pick(sweep, "softmax", ref_n, ref_d), args.epochs)
+        base = config("softmax", ref_n, ref_d)
         rows, single = [], None
         for k in map(int, args.runs.split(",")):
             r = concurrent_epoch_rate(base, k)
@@ -127,12 +143,11 @@ def main(argv: list[str] | None = None) -> int:
                      ["runs", "ok", "epoch s each", "epochs/s", "x one run"], rows), flush=True)
 
     if "grid" in sections:
-        startup = 6.0  # seconds a worker process spends importing torch/lightning and building the run
-        proj = project_grid(sweep.runs, epoch_s, width_factor, startup, speedup)
+        proj = project_grid(spec, group_s, width_factor, startup_s=3.0, speedup=speedup)
         out["grid"] = proj
-        print(f"grid projection for {args.sweep}: {proj['runs']} runs x up to 64 epochs, no early stopping: "
-              f"{proj['serial_hours']:.2f} h one run at a time, {proj['hours_one_gpu']:.2f} h on one GPU "
-              f"at the best runs-per-GPU speedup {speedup:.2f}x")
+        print(f"grid projection for {args.sweep}: {proj['groups']} groups of {len(lrs)} lrs x up to "
+              f"{proj['epochs']} epochs, no early stopping: {proj['serial_hours']:.2f} h one group at a time, "
+              f"{proj['hours_one_gpu']:.2f} h on one GPU at the best processes-per-GPU speedup {speedup:.2f}x")
     print(f"bench took {time.time() - t_start:.0f} s")
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1, default=str))

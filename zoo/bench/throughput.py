@@ -50,18 +50,28 @@ def timing_config(cfg: DictConfig, epochs: int, **train) -> DictConfig:
     return make_run_config(raw)
 
 
-def time_run(cfg: DictConfig) -> dict:
-    """Train ``cfg`` in this process; return data seconds, median epoch seconds and the accuracy curve."""
-    from zoo.run import train
-
-    with tempfile.TemporaryDirectory() as tmp:
-        record = train(cfg, Path(tmp), quiet=True)
+def _timing(record: dict) -> dict:
     if record["status"] != "completed":
         return {"status": record["status"], "error": (record["error"] or "")[-300:]}
     epochs = [h["train_seconds"] for h in record["history"]]
     return {"status": "completed", "data_s": record["data_seconds"],
             "epoch_s": statistics.median(epochs[1:] or epochs), "first_epoch_s": epochs[0],
             "accuracy": [round(h["val/acc"], 4) for h in record["history"]]}
+
+
+def time_run(cfg: DictConfig) -> dict:
+    """Train ``cfg`` in this process; return data seconds, median epoch seconds and the accuracy curve."""
+    return time_group([cfg])
+
+
+def time_group(cfgs: list[DictConfig]) -> dict:
+    """Train ``cfgs`` (equal but for lr) as one group in this process; the timing of the group's epochs
+    and the first member's accuracy curve."""
+    from zoo.run import train_group
+
+    with tempfile.TemporaryDirectory() as tmp:
+        records = train_group(cfgs, [Path(tmp) / str(i) for i in range(len(cfgs))], quiet=True)
+    return _timing(records[0])
 
 
 def concurrent_epoch_rate(cfg: DictConfig, runs: int) -> dict:
@@ -80,21 +90,24 @@ def concurrent_epoch_rate(cfg: DictConfig, runs: int) -> dict:
             "epoch_s_each": statistics.median(seconds) if seconds else float("nan")}
 
 
-def project_grid(runs: list, epoch_s: dict, width_factor: dict, startup_s: float, speedup: float,
-                 epochs: int | None = None) -> dict:
-    """Wall time of a whole sweep from measured epoch times, if every run trains all its epochs.
+def project_grid(spec, group_s: dict, width_factor: dict, startup_s: float, speedup: float) -> dict:
+    """Wall time of a sweep file's grid (mixers x shapes x widths, learning rates in groups) if every
+    group trains all its epochs.
 
-    ``epoch_s[(mixer, N)]`` is measured at one reference width; ``width_factor[(N, d)]`` scales it to
-    other widths (measured on softmax); ``speedup`` is the aggregate throughput of concurrent runs on one
-    GPU relative to one run alone.
+    ``group_s[(mixer, N)]`` is a group's epoch time at the reference width; ``width_factor[(N, d)]`` scales
+    it to other widths (measured on softmax); ``speedup`` is the aggregate throughput of concurrent
+    processes on one GPU relative to one alone.
     """
-    serial = 0.0
-    for run in runs:
-        c = run.cfg
-        n = c.task.params.input_seq_len
-        e = epoch_s[(c.model.mixer, n)] * width_factor.get((n, c.model.d_model), 1.0)
-        serial += (epochs or c.train.max_epochs) * e + startup_s
-    return {"runs": len(runs), "serial_hours": serial / 3600, "hours_one_gpu": serial / speedup / 3600}
+    grid = spec.grid
+    epochs = spec.base.train.max_epochs
+    serial, groups = 0.0, 0
+    for mixer in grid["model.mixer"]:
+        for shape in grid["shape"]:
+            n = shape["task.params.input_seq_len"]
+            for d in grid["model.d_model"]:
+                serial += epochs * group_s[(mixer, n)] * width_factor.get((n, d), 1.0) + startup_s
+                groups += 1
+    return {"groups": groups, "epochs": epochs, "serial_hours": serial / 3600, "hours_one_gpu": serial / speedup / 3600}
 
 
 if __name__ == "__main__":  # one timing process of concurrent_epoch_rate

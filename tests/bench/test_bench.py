@@ -1,0 +1,46 @@
+"""Every section of ``python -m zoo.bench`` runs end to end on tiny shapes on the CPU (timings unchecked)."""
+import pytest
+from omegaconf import OmegaConf
+
+from zoo.bench import __main__ as bench
+
+TINY = {
+    "name": "tiny",
+    "base": {"task": {"name": "mqar", "params": {"vocab_size": 64},
+                      "train": [{"num_examples": 64}], "test": [{"num_examples": 32}]},
+             "model": {"n_layers": 2}, "train": {"max_epochs": 4, "progress_bar": False}},
+    "grid": {"model.mixer": ["softmax", "swa"],
+             "shape": [{"task.params.input_seq_len": 16, "task.params.num_kv_pairs": 2, "train.batch_size": 32}],
+             "model.d_model": [16, 32], "train.lr": [1e-3, 3e-3]},
+    "mixer_kwargs": {"softmax": {"num_heads": 1}},
+}
+
+
+@pytest.fixture
+def tiny_sweep(tmp_path):
+    path = tmp_path / "tiny.yaml"
+    OmegaConf.save(OmegaConf.create(TINY), path)
+    return str(path)
+
+
+def test_every_section_runs(tiny_sweep, tmp_path, monkeypatch, capsys):
+    peer = {"status": "completed", "data_s": 1.0, "epoch_s": 2.0, "first_epoch_s": 2.5, "accuracy": [0.1, 0.2]}
+    monkeypatch.setattr("zoo.bench.zoology_peer.zoology_attention_epoch", lambda *a, **k: peer)
+    out = tmp_path / "bench.json"
+    assert bench.main(["--sweep", tiny_sweep, "--epochs", "2", "--runs", "1,2", "--step-shape", "4,16,16",
+                       "--mixers", "softmax,swa",
+                       "--zoology", "stand-in", "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    for title in ("one training step", "x epoch", "seconds per epoch", "runs per GPU", "grid projection"):
+        assert title in text, title
+    numbers = OmegaConf.to_container(OmegaConf.load(out))
+    assert set(numbers) >= {"steps", "zoology", "epochs", "width_factor", "scaling", "grid"}
+    assert numbers["zoology"]["zoo bf16 graphs"]["status"] == "completed"  # graphs off by themselves on a CPU
+    assert numbers["grid"]["groups"] == 2 * 1 * 2 and numbers["scaling"][1][1] == 2  # both concurrent runs ran
+    assert all(row["error"] is None for row in numbers["steps"] if row["mixer"] in ("softmax", "swa"))
+
+
+def test_unknown_section_is_refused(tiny_sweep, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        bench.main(["--sweep", tiny_sweep, "--sections", "steps,speed"])
+    assert exit_info.value.code == 2 and "--sections='speed'" in capsys.readouterr().err
