@@ -26,7 +26,8 @@ reproduced: zoo's ``model.init`` applies to every mixer alike.
 
 Individual switches override the variant (for ablations): ``qk_norm`` ("gain", "plain", "none"),
 ``output_gate``, ``decay`` (False: u = None, plain sliding-window attention with the other parts),
-``alpha_init``, ``eps``. The gate bias b_g and W_beta are plain parameters, not nn.Linear parts, so
+``alpha_init``, ``eps``, ``qk_gain_init`` (the starting value of the "gain" norm's gains; above 1 it
+raises the starting logit temperature, which bounds logits at gain^2 * sqrt(d)). The gate bias b_g and W_beta are plain parameters, not nn.Linear parts, so
 they keep their initial values under ``model.init: zoology`` (as Mamba's dt bias does in Zoology).
 """
 from __future__ import annotations
@@ -77,13 +78,14 @@ class GatedFWA(SlidingWindowAttention):
         alpha_init: initial per-token decay of every head; None spreads heads over [1e-3, 1e-1].
         eps: of the gate normalisation (beta + eps).
         k_shift, v_shift: the released layer's token shift of keys / values.
+        qk_gain_init: starting value of the QK-norm gains (qk_norm="gain"); 1 as published.
     """
 
     def __init__(self, d_model: int, layer_idx: int = 0, max_seq_len: int = 2048, num_heads: int = 2,
                  bias: bool = False, positions: str = "learned", window: int | None = None,
                  variant: str = "paper", qk_norm: str | None = None, output_gate: bool | None = None,
                  decay: bool = True, alpha_init: float | None = None, eps: float | None = None,
-                 k_shift: bool = False, v_shift: bool = False):
+                 k_shift: bool = False, v_shift: bool = False, qk_gain_init: float = 1.0):
         super().__init__(d_model, layer_idx, max_seq_len, num_heads, bias, positions, window)
         if variant not in VARIANTS:
             raise ConfigError("model.mixer_kwargs.variant", variant, list(VARIANTS))
@@ -95,6 +97,11 @@ class GatedFWA(SlidingWindowAttention):
             raise ConfigError("model.mixer_kwargs.alpha_init", alpha_init, "a number > 0 or null")
         self.variant, self.qk_norm, self.eps, self.decay = variant, opts["qk_norm"], opts["eps"], decay
         self.q_norm, self.k_norm = (self._make_qk_norm(self.qk_norm, self.head_dim) for _ in range(2))
+        if self.qk_norm == "gain":
+            for norm in (self.q_norm, self.k_norm):
+                nn.init.constant_(norm.weight, qk_gain_init)
+        elif qk_gain_init != 1.0:
+            raise ConfigError("model.mixer_kwargs.qk_gain_init", qk_gain_init, f"1.0 with qk_norm={self.qk_norm!r} (no gains)")
         self.k_shift = TokenShift(d_model, num_heads) if k_shift else None
         self.v_shift = TokenShift(d_model, num_heads) if v_shift else None
         if decay:
