@@ -3,7 +3,7 @@
 A run config has four sections (YAML, read with omegaconf)::
 
     task:  {name, params: {...common task parameters...}, train: [segments], test: [segments]}
-    model: {d_model, n_layers, mixer, mixer_kwargs, state_mixer, position_embeddings}
+    model: {d_model, n_layers, mixer, mixer_kwargs, state_mixer, positions, init, dropout}
     train: {batch_size, max_epochs, lr, ...}
     seed, imports
 
@@ -44,7 +44,10 @@ class ModelConfig:
     n_layers: int = 2
     mixer_kwargs: dict = field(default_factory=dict)
     state_mixer: str = "identity"
-    position_embeddings: Optional[bool] = None  # None: the mixer's own default
+    # Options every mixer shares; the defaults are Zoology's figure-2 setup (README, "Model setup").
+    positions: Optional[str] = None  # learned | rope | none; None: the mixer's default (attention: learned)
+    init: str = "zoology"  # zoology: N(0, 0.02) on every Linear and Embedding; mixer: each mixer's own
+    dropout: float = 0.1  # attention dropout, for mixers that take it (Zoology's attention: 0.1)
 
 
 @dataclass

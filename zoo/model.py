@@ -5,13 +5,16 @@ so a task with few labelled positions (MQAR) never pays for the full (B, L, V) h
 """
 from __future__ import annotations
 
+import inspect
 import math
 
 import torch
 from torch import nn
 
 from zoo.errors import ConfigError
-from zoo.registry import get_mixer
+from zoo.registry import POSITIONS, get_mixer
+
+INITS = ("zoology", "mixer")
 
 
 class MLP(nn.Module):
@@ -48,6 +51,35 @@ class Block(nn.Module):
         return x
 
 
+def zoology_init(model: nn.Module, n_layers: int, mamba_block: bool = False, std: float = 0.02) -> None:
+    """Zoology's ``_init_weights`` (zoology/model.py at dbcb60d), applied to the whole model after it is built.
+
+    Every ``nn.Linear`` weight, inside mixers too, gets N(0, std) and its bias zero; every ``nn.Embedding``
+    N(0, std); then any parameter whose name contains ``out_proj.weight``, ``fc2.weight`` or
+    ``output_linear.0.weight`` gets N(0, std / sqrt(2 * n_layers)). Norms and other ``nn.Parameter``s
+    (decays, gains, filters) keep the mixer's own values. Zoology switches to another rule for its
+    Mamba blocks (chosen by a block-type name containing "Mamba"; here by a mixer class name containing
+    it): Linear weights keep their PyTorch init, biases are zeroed unless marked ``_no_reinit``,
+    embeddings get N(0, std), and weights named exactly ``out_proj.weight`` / ``fc2.weight`` in their
+    module are redrawn by ``kaiming_uniform_(a=sqrt(5))`` and divided by sqrt(n_layers).
+    """
+    for module in model.modules():
+        if isinstance(module, nn.Embedding):
+            nn.init.normal_(module.weight, std=std)
+        elif isinstance(module, nn.Linear):
+            if module.bias is not None and not (mamba_block and getattr(module.bias, "_no_reinit", False)):
+                nn.init.zeros_(module.bias)
+            if not mamba_block:
+                nn.init.normal_(module.weight, std=std)
+    for name, p in model.named_parameters():
+        if mamba_block and name.split(".")[-2:] in (["out_proj", "weight"], ["fc2", "weight"]):
+            nn.init.kaiming_uniform_(p, a=math.sqrt(5))
+            with torch.no_grad():
+                p /= math.sqrt(n_layers)
+        elif not mamba_block and any(s in name for s in ("out_proj.weight", "fc2.weight", "output_linear.0.weight")):
+            nn.init.normal_(p, std=std / math.sqrt(2 * n_layers))
+
+
 class LanguageModel(nn.Module):
     """Token embedding (+ optional learned positions), ``n_layers`` blocks, final norm, tied head.
 
@@ -59,31 +91,50 @@ class LanguageModel(nn.Module):
         mixer_kwargs: extra keyword arguments for the mixer's constructor.
         max_seq_len: longest sequence the model will see (sizes position tables and filters).
         state_mixer: "identity" (Zoology's MQAR default) or "mlp".
-        position_embeddings: learned absolute positions; None picks the mixer's own default
-            (class attribute ``position_embeddings_by_default``, False when absent).
+        positions: "learned" (absolute position table added to the embeddings), "rope" (rotary, applied
+            to queries and keys by mixers that take ``positions``), "none", or None for the mixer's own
+            default (class attribute ``default_positions``, "none" when absent).
+        init: "zoology" (``zoology/model.py _init_weights``, see :func:`zoology_init`) or "mixer"
+            (GPT-2 init of embeddings and MLPs, every mixer initialises its own parameters).
+        dropout: attention dropout, given to mixers that take ``dropout``.
+
+    The model gives ``n_layers``, ``dropout`` and ``positions`` to a mixer whose constructor has a
+    parameter of that name (``zoo.registry.MODEL_OPTIONS``, not settable as mixer kwargs), so every mixer gets the same values.
     """
 
     def __init__(self, vocab_size: int, d_model: int, n_layers: int = 2, mixer: str = "softmax",
                  mixer_kwargs: dict | None = None, max_seq_len: int = 2048,
-                 state_mixer: str = "identity", position_embeddings: bool | None = None):
+                 state_mixer: str = "identity", positions: str | None = None, init: str = "zoology",
+                 dropout: float = 0.1):
         super().__init__()
         if state_mixer not in STATE_MIXERS:
             raise ConfigError("model.state_mixer", state_mixer, list(STATE_MIXERS))
+        if init not in INITS:
+            raise ConfigError("model.init", init, list(INITS))
         mixer_cls = get_mixer(mixer)
-        if position_embeddings is None:
-            position_embeddings = getattr(mixer_cls, "position_embeddings_by_default", False)
+        positions = getattr(mixer_cls, "default_positions", "none") if positions is None else positions
+        if positions not in POSITIONS:
+            raise ConfigError("model.positions", positions, list(POSITIONS) + [None])
+        accepted = inspect.signature(mixer_cls.__init__).parameters
+        options = {k: v for k, v in dict(n_layers=n_layers, dropout=dropout, positions=positions).items()
+                   if k in accepted}
+        if positions == "rope" and "positions" not in options:
+            raise ConfigError("model.positions", positions, f"learned or none: mixer {mixer!r} does not apply RoPE")
         self.embed = nn.Embedding(vocab_size, d_model)
-        self.pos_embed = nn.Embedding(max_seq_len, d_model) if position_embeddings else None
+        self.pos_embed = nn.Embedding(max_seq_len, d_model) if positions == "learned" else None
         self.blocks = nn.ModuleList(
-            Block(d_model, mixer_cls(d_model, layer_idx=i, max_seq_len=max_seq_len, **(mixer_kwargs or {})),
+            Block(d_model, mixer_cls(d_model, layer_idx=i, max_seq_len=max_seq_len, **options, **(mixer_kwargs or {})),
                   state_mixer)
             for i in range(n_layers)
         )
         self.norm = nn.LayerNorm(d_model)
         self.max_seq_len = max_seq_len
-        self._init_weights(n_layers)
+        if init == "zoology":
+            zoology_init(self, n_layers, mamba_block="Mamba" in mixer_cls.__name__)
+        else:
+            self._init_embeddings_and_mlps(n_layers)
 
-    def _init_weights(self, n_layers: int) -> None:
+    def _init_embeddings_and_mlps(self, n_layers: int) -> None:
         """GPT-2 initialisation of embeddings and MLPs; each mixer initialises its own parameters."""
         nn.init.normal_(self.embed.weight, std=0.02)
         if self.pos_embed is not None:
@@ -107,7 +158,7 @@ class LanguageModel(nn.Module):
         m = cfg.model
         kwargs = dict(vocab_size=vocab_size(cfg), d_model=m.d_model, n_layers=m.n_layers, mixer=m.mixer,
                       mixer_kwargs=OmegaConf.to_container(m.mixer_kwargs), max_seq_len=max_seq_len(cfg),
-                      state_mixer=m.state_mixer, position_embeddings=m.position_embeddings)
+                      state_mixer=m.state_mixer, positions=m.positions, init=m.init, dropout=m.dropout)
         with torch.device(device or "cpu"):
             return cls(**kwargs)
 
@@ -129,7 +180,8 @@ class LanguageModel(nn.Module):
         return hidden @ self.embed.weight.t()
 
     def state_size(self, seq_len: int) -> int | None:
-        """Bytes of recurrent state per sequence summed over layers; None if a mixer does not say."""
+        """Values (elements, not bytes) of state one sequence needs at inference after ``seq_len``
+        tokens, summed over layers; None if a mixer does not say."""
         sizes = [getattr(b.mixer, "state_size", None) for b in self.blocks]
         if any(s is None for s in sizes):
             return None

@@ -2,10 +2,16 @@
 
 A mixer is an ``nn.Module`` constructed as ``cls(d_model, layer_idx=0, max_seq_len=..., **kwargs)``
 whose ``forward(x)`` maps ``(B, L, D) -> (B, L, D)`` causally (output ``t`` sees inputs ``<= t``).
+The model also passes the shared model options ``MODEL_OPTIONS`` (``n_layers``, ``dropout``,
+``positions``: "learned", "rope" or "none") to a constructor that has a parameter of that name;
+they are set in ``model:``, never in ``mixer_kwargs``.
 
 Optional hooks a mixer may define:
 
-* ``state_size(seq_len) -> int``: bytes of recurrent state per sequence (shown in the leaderboard).
+* ``state_size(seq_len) -> int``: the number of values (elements, not bytes) of state one sequence
+  needs at inference after ``seq_len`` tokens: a KV cache, a recurrent state, a conv buffer
+  (the leaderboard's ``state_size`` column, summed over layers).
+* ``default_positions``: the positions used when ``model.positions`` is null ("none" when absent).
 * ``uses_layer_state = True``: ``forward(x, layer_state)`` then also receives a dict shared by all
   layers of one model forward pass (RWKV-7 passes its first layer's values this way).
 """
@@ -56,6 +62,8 @@ class Registry:
 
 
 MIXERS = Registry("mixer", "model.mixer", ("zoo.mixers",))
+MODEL_OPTIONS = ("n_layers", "dropout", "positions")  # given by the model, not mixer kwargs
+POSITIONS = ("learned", "rope", "none")  # values of model.positions
 
 
 def register_mixer(name: str):
@@ -79,7 +87,7 @@ def check_mixer_kwargs(name: str, kwargs: dict, key: str = "model.mixer_kwargs")
     params = inspect.signature(cls.__init__).parameters
     if any(p.kind is p.VAR_KEYWORD for p in params.values()):
         return
-    accepted = [p for p in params if p not in ("self", "d_model", "layer_idx", "max_seq_len", "n_layers")]
+    accepted = [p for p in params if p not in ("self", "d_model", "layer_idx", "max_seq_len", *MODEL_OPTIONS)]
     for k in kwargs:
         if k not in accepted:
             raise ConfigError(f"{key}.{k}", kwargs[k], accepted or ["no keyword arguments"])

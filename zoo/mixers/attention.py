@@ -1,6 +1,9 @@
 """Softmax attention and sliding-window attention (SWA) mixers.
 
 Both project x (B, L, D) to q, k, v of shape (B, L, H, D/H), attend causally and project back.
+With Zoology's arguments they compute Zoology's layers (``tests/parity/test_parity_{softmax,swa}.py``):
+``softmax`` with ``bias=True`` is ``zoology.mixers.attention.MHA``, ``swa`` with ``num_heads=1,
+bias=True, window=b + 1`` is ``zoology.mixers.slide_attn.SlidingAttn(block_size=b)``.
 """
 from __future__ import annotations
 
@@ -10,7 +13,8 @@ from torch import nn
 
 from kernels.gatedfwa import gated_window_attention
 from zoo.errors import ConfigError
-from zoo.registry import register_mixer
+from zoo.registry import POSITIONS, register_mixer
+from zoo.rope import apply_rope
 
 
 class MultiHeadMixer(nn.Module):
@@ -19,24 +23,35 @@ class MultiHeadMixer(nn.Module):
     Args:
         d_model: model width D.
         num_heads: H; D must be divisible by H.
-        bias: biases in the projections.
+        bias: biases in the q/k/v and output projections (Zoology's attention layers have them).
+        positions: the model's ``model.positions`` (set by the model, not a mixer kwarg); with
+            ``"rope"`` q and k are rotated (``zoo.rope``) before ``attend``.
     """
 
-    position_embeddings_by_default = True
+    default_positions = "learned"  # Zoology's attention baseline uses learned absolute positions
 
     def __init__(self, d_model: int, layer_idx: int = 0, max_seq_len: int = 2048, num_heads: int = 2,
-                 bias: bool = False):
+                 bias: bool = True, positions: str = "learned"):
         super().__init__()
         if num_heads < 1 or d_model % num_heads:
             raise ConfigError("model.mixer_kwargs.num_heads", num_heads, f"a divisor of d_model={d_model}")
+        if positions not in POSITIONS:
+            raise ConfigError("model.positions", positions, list(POSITIONS))
         self.num_heads, self.head_dim = num_heads, d_model // num_heads
+        self.rope = positions == "rope"
         self.qkv = nn.Linear(d_model, 3 * d_model, bias=bias)
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """x (B, L, D) -> q, k, v (B, L, H, D/H)."""
         B, L, _ = x.shape
-        q, k, v = self.qkv(x).view(B, L, 3, self.num_heads, self.head_dim).unbind(2)
-        return self.out_proj(self.attend(q, k, v, x).reshape(B, L, -1))
+        return self.qkv(x).view(B, L, 3, self.num_heads, self.head_dim).unbind(2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q, k, v = self.project(x)
+        if self.rope:
+            q, k = apply_rope(q), apply_rope(k)
+        return self.out_proj(self.attend(q, k, v, x).flatten(2))
 
     def attend(self, q, k, v, x):  # pragma: no cover - abstract
         raise NotImplementedError
@@ -44,28 +59,44 @@ class MultiHeadMixer(nn.Module):
 
 @register_mixer("softmax")
 class SoftmaxAttention(MultiHeadMixer):
-    """Causal multi-head softmax attention through ``F.scaled_dot_product_attention``."""
+    """Causal multi-head softmax attention through ``F.scaled_dot_product_attention``.
+
+    Args:
+        dropout: dropout on the attention probabilities while training (the model's ``model.dropout``,
+            set by the model; Zoology's figure-2 attention uses 0.1).
+    """
+
+    def __init__(self, d_model: int, layer_idx: int = 0, max_seq_len: int = 2048, num_heads: int = 2,
+                 bias: bool = True, positions: str = "learned", dropout: float = 0.0):
+        super().__init__(d_model, layer_idx, max_seq_len, num_heads, bias, positions)
+        if not 0 <= dropout < 1:
+            raise ConfigError("model.dropout", dropout, "a probability in [0, 1)")
+        self.dropout = dropout
 
     def attend(self, q, k, v, x):
-        o = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True)
+        o = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True,
+                                           dropout_p=self.dropout if self.training else 0.0)
         return o.transpose(1, 2)
 
     def state_size(self, seq_len: int) -> int:
-        """The KV cache: 2 * L * D values of 2 bytes (bf16)."""
-        return 2 * seq_len * self.num_heads * self.head_dim * 2
+        """Values cached after ``seq_len`` tokens: keys and values, 2 * L * D."""
+        return 2 * seq_len * self.num_heads * self.head_dim
 
 
 @register_mixer("swa")
 class SlidingWindowAttention(MultiHeadMixer):
     """Sliding-window attention: query i sees keys i - window < j <= i.
 
+    No attention dropout: the window kernels have none (Zoology's sliding-window runs have none either).
+
     Args:
-        window: width w; None means ``max_seq_len // 2`` (the GatedFWA paper's MQAR setup).
+        window: width w (keys per query, itself included); None means ``max_seq_len // 2`` (the
+            GatedFWA paper's MQAR setup). Zoology's ``block_size`` b is ``window = b + 1``.
     """
 
     def __init__(self, d_model: int, layer_idx: int = 0, max_seq_len: int = 2048, num_heads: int = 2,
-                 bias: bool = False, window: int | None = None):
-        super().__init__(d_model, layer_idx, max_seq_len, num_heads, bias)
+                 bias: bool = True, positions: str = "learned", window: int | None = None):
+        super().__init__(d_model, layer_idx, max_seq_len, num_heads, bias, positions)
         self.window = max_seq_len // 2 if window is None else window
         if self.window < 1:
             raise ConfigError("model.mixer_kwargs.window", window, "an integer >= 1")
@@ -74,5 +105,5 @@ class SlidingWindowAttention(MultiHeadMixer):
         return gated_window_attention(q, k, v, None, self.window)
 
     def state_size(self, seq_len: int) -> int:
-        """The rolling KV cache of the last ``window`` tokens, bf16."""
-        return 2 * min(seq_len, self.window) * self.num_heads * self.head_dim * 2
+        """Values cached after ``seq_len`` tokens: keys and values of the last ``window`` tokens."""
+        return 2 * min(seq_len, self.window) * self.num_heads * self.head_dim
