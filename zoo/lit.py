@@ -35,10 +35,11 @@ class MixerLM(L.LightningModule):
         cfgs: one run config per member, equal except for ``train.lr`` (and the run id).
         models: the members' models, built under each member's seed.
         on_epoch: ``on_epoch(i, metrics)`` after member ``i``'s validation (writes its logs).
+        rng_states: each member's random state after its model was built (its own dropout stream).
     """
 
     def __init__(self, cfgs: list[DictConfig], models: list[nn.Module], segment_names: list[str],
-                 steps_per_epoch: int, bf16: bool, on_epoch=None):
+                 steps_per_epoch: int, bf16: bool, on_epoch=None, rng_states: list | None = None):
         super().__init__()
         self.automatic_optimization = False
         self.cfgs, self.models, self.bf16 = cfgs, nn.ModuleList(models), bf16
@@ -46,6 +47,7 @@ class MixerLM(L.LightningModule):
         self.segment_names = segment_names
         self.steps_per_epoch = steps_per_epoch
         self.on_epoch = on_epoch
+        self.rng_states = rng_states or [None] * len(models)
         self.forwards = [torch.compile(m) if self.train_cfg.compile else m for m in models]
         self.step_fn: TrainStep | None = None
         self.histories: list[list[dict]] = [[] for _ in models]  # validation metrics per epoch, per member
@@ -134,9 +136,9 @@ class MixerLM(L.LightningModule):
         graphs = cuda and t.cuda_graphs and not t.compile
         members = []
         self.schedulers_ = []
-        for cfg, model, forward in zip(self.cfgs, self.models, self.forwards):
+        for cfg, model, forward, rng in zip(self.cfgs, self.models, self.forwards, self.rng_states):
             opt = build_optimizer(model, cfg.train, cuda, graphs)
             self.schedulers_.append(torch.optim.lr_scheduler.LambdaLR(opt, lr_factor(cfg.train, self.steps_per_epoch)))
-            members.append(Member(model, forward, opt))
+            members.append(Member(model, forward, opt, rng))
         self.step_fn = TrainStep(members, self.bf16, t.grad_clip, graphs)
         return [m.optimizer for m in members]

@@ -11,6 +11,7 @@ import math
 import torch
 from torch import nn
 
+from kernels.layer_norm import LayerNorm
 from zoo.errors import ConfigError
 from zoo.registry import POSITIONS, get_mixer
 
@@ -37,9 +38,9 @@ class Block(nn.Module):
 
     def __init__(self, d_model: int, mixer: nn.Module, state_mixer: str):
         super().__init__()
-        self.norm1 = nn.LayerNorm(d_model)
+        self.norm1 = LayerNorm(d_model)
         self.mixer = mixer
-        self.norm2 = nn.LayerNorm(d_model)
+        self.norm2 = LayerNorm(d_model)
         self.state_mixer = STATE_MIXERS[state_mixer](d_model)
         self.passes_layer_state = getattr(mixer, "uses_layer_state", False)
 
@@ -127,7 +128,7 @@ class LanguageModel(nn.Module):
                   state_mixer)
             for i in range(n_layers)
         )
-        self.norm = nn.LayerNorm(d_model)
+        self.norm = LayerNorm(d_model)
         self.max_seq_len = max_seq_len
         if init == "zoology":
             zoology_init(self, n_layers, mamba_block="Mamba" in mixer_cls.__name__)
@@ -167,7 +168,9 @@ class LanguageModel(nn.Module):
         L = input_ids.shape[1]
         if L > self.max_seq_len:
             raise ValueError(f"sequence length {L} exceeds max_seq_len={self.max_seq_len}")
-        x = self.embed(input_ids)
+        # index_select, not nn.Embedding's forward: its backward is one scatter-add, while the embedding
+        # backward sorts the B*L token ids first (measured: 0.29 ms per MQAR step on an H100)
+        x = self.embed.weight.index_select(0, input_ids.reshape(-1)).view(*input_ids.shape, -1)
         if self.pos_embed is not None:
             x = x + self.pos_embed.weight[:L]
         layer_state: dict = {}

@@ -74,10 +74,11 @@ def train_group(cfgs: list[DictConfig], run_dirs: list[Path], device: torch.devi
             torch.cuda.synchronize(device)
         data_seconds = time.perf_counter() - t0
 
-        models = []
+        models, rng_states = [], []
         for c, record in zip(cfgs, records):
             L.seed_everything(c.seed, verbose=False)  # each member starts exactly as its run alone would
             models.append(LanguageModel.from_config(c))
+            rng_states.append(torch.cuda.get_rng_state(device) if device.type == "cuda" else torch.get_rng_state())
             record["params"] = sum(p.numel() for p in models[-1].parameters())
             record["state_size"] = models[-1].state_size(max_seq_len(c))
             record["data_seconds"] = data_seconds
@@ -93,7 +94,7 @@ def train_group(cfgs: list[DictConfig], run_dirs: list[Path], device: torch.devi
                 logger.save()
 
         lit = MixerLM(cfgs, models, [s.name for s in data.test_segments], steps, bf16=precision == "bf16",
-                      on_epoch=log_epoch)
+                      on_epoch=log_epoch, rng_states=rng_states)
         show_bar = cfg.train.progress_bar and not quiet and len(cfgs) == 1
         trainer = L.Trainer(
             accelerator="gpu" if device.type == "cuda" else "cpu", devices=1,

@@ -52,6 +52,7 @@ class Member:
     model: torch.nn.Module
     forward: Callable
     optimizer: torch.optim.Optimizer
+    rng_state: torch.Tensor | None = None  # the member's own CPU/CUDA random stream (dropout), eager steps
 
 
 class TrainStep:
@@ -95,9 +96,18 @@ class TrainStep:
         self.loss_sums[i].add_(loss)
 
     def _eager(self, inputs, positions, targets) -> None:
+        """Members one after the other; each draws its random numbers (dropout) from its own stream, so it
+        trains exactly as it would alone. (Inside a CUDA graph the members share the device's stream.)"""
+        cuda = inputs.is_cuda
         for i, on in enumerate(self.active):
-            if on:
-                self._member_step(i, inputs, positions, targets)
+            if not on:
+                continue
+            m = self.members[i]
+            if m.rng_state is not None:
+                (torch.cuda.set_rng_state if cuda else torch.set_rng_state)(m.rng_state)
+            self._member_step(i, inputs, positions, targets)
+            if m.rng_state is not None:
+                m.rng_state = torch.cuda.get_rng_state() if cuda else torch.get_rng_state()
 
     def _forked(self, inputs, positions, targets) -> None:
         """Every active member on its own stream, joined back into the current one (for graph capture)."""

@@ -12,7 +12,7 @@ def _setup(graphs: bool, device, lrs=(1e-2,)):
     members = []
     for lr in lrs:
         torch.manual_seed(0)
-        model = LanguageModel(vocab_size=64, d_model=32, n_layers=2, mixer="softmax", max_seq_len=16).to(device)
+        model = LanguageModel(vocab_size=64, d_model=32, n_layers=2, mixer="softmax", max_seq_len=16, dropout=0.0).to(device)
         lr = torch.tensor(lr, device=device) if graphs else lr
         opt = torch.optim.AdamW(model.parameters(), lr=lr, fused=device.type == "cuda", capturable=graphs)
         members.append(Member(model, model, opt))
