@@ -1,14 +1,18 @@
 """Run a sweep's unfinished runs: in local worker processes (every GPU, several runs per GPU, or the
 CPU) or as Ray tasks on a cluster. Results are gathered by this one process into results.jsonl.
 
-Each local run is a child process (``python -m zoo.worker <run_dir>``) that dies with the sweep
-process (PR_SET_PDEATHSIG), so a killed sweep leaves no orphan writing into its folder, and a run
-that crashes, runs out of memory or diverges is recorded while the others go on.
+Locally, persistent worker processes (``python -m zoo.worker``, several per GPU) take groups of runs
+from a queue, longest first: the runs of one cell that differ only in lr form one group, trained side
+by side in one process (``zoo.run.train_group``). Workers die with the sweep process (PR_SET_PDEATHSIG),
+so a killed sweep leaves no orphan writing into its folder; a worker that crashes or passes its group's
+time limit is replaced, its group is recorded as failed or timed out, and the others go on.
 """
 from __future__ import annotations
 
 import ctypes
+import json
 import os
+import select
 import shutil
 import signal
 import subprocess
@@ -25,6 +29,7 @@ from zoo.results import FINAL, SweepLock, append_jsonl, read_result, reconcile, 
 GIB = 1 << 30
 MEMORY_PER_RUN = 10 * GIB  # the default share of GPU memory one run is given
 MAX_RUNS_PER_GPU = 8
+WORKERS_PER_GPU = 4  # see default_workers_per_gpu
 
 
 @dataclass
@@ -114,43 +119,115 @@ def _set_postfix(bar, running: int, summary: Summary) -> None:
         bar.set_postfix(state)
 
 
+def group_runs(runs: list, max_size: int | None = None) -> list[list]:
+    """Runs that differ only in ``train.lr``, gathered into groups (at most ``max_size`` runs each),
+    longest expected first (epochs x examples x length x width), so no long group starts last."""
+    groups: dict[str, list] = {}
+    for run in runs:
+        key = OmegaConf.to_container(run.cfg, resolve=True)
+        key["train"].pop("lr")
+        groups.setdefault(json.dumps(key, sort_keys=True, default=str), []).append(run)
+    size = max_size or max(len(g) for g in groups.values())
+    chunks = [g[i:i + size] for g in groups.values() for i in range(0, len(g), size)]
+
+    def cost(group) -> float:
+        c = group[0].cfg
+        examples = sum(s.num_examples for s in c.task.train)
+        return c.train.max_epochs * examples * c.model.d_model * max(
+            s.get("input_seq_len", c.task.params.get("input_seq_len", 1)) for s in c.task.train) * len(group)
+
+    return sorted(chunks, key=cost, reverse=True)
+
+
+class Worker:
+    """One persistent ``python -m zoo.worker`` process on one slot (a GPU index, or "" for the CPU)."""
+
+    def __init__(self, slot: str, threads: int, log: Path):
+        self.slot, self.log = slot, log
+        read_fd, write_fd = os.pipe()
+        env = {**os.environ, "CUDA_VISIBLE_DEVICES": slot, "OMP_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1"}
+        log.parent.mkdir(parents=True, exist_ok=True)
+        self.log_file = open(log, "a")
+        self.proc = subprocess.Popen([sys.executable, "-m", "zoo.worker", str(write_fd)], env=env, text=True,
+                                     stdin=subprocess.PIPE, stdout=self.log_file, stderr=subprocess.STDOUT,
+                                     pass_fds=(write_fd,), preexec_fn=_die_with_parent)
+        os.close(write_fd)
+        self.replies = os.fdopen(read_fd, "r")
+        self.group: list | None = None
+        self.started = 0.0
+
+    def start(self, group: list, run_dirs: list[Path]) -> None:
+        self.group, self.started = group, time.time()
+        self.proc.stdin.write(json.dumps([str(d) for d in run_dirs]) + "\n")
+        self.proc.stdin.flush()
+
+    def time_limit(self) -> float | None:
+        """Seconds after which the group counts as hung: its longest train.timeout, plus a minute."""
+        limits = [r.cfg.train.get("timeout") for r in self.group or []]
+        return None if any(x is None for x in limits) or not limits else max(limits) + 60
+
+    def stop(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+        self.replies.close()
+        self.log_file.close()
+
+
+def default_workers_per_gpu() -> int:
+    """Worker processes per GPU when the sweep does not say: one per MEMORY_PER_RUN of its memory, at most
+    WORKERS_PER_GPU (the measured point beyond which more processes stop adding throughput)."""
+    return min(WORKERS_PER_GPU, default_runs_per_gpu())
+
+
 def _run_local(todo, out, runs_per_gpu, cpu_workers, finish, bar, summary) -> None:
     import torch
 
     n_gpus = torch.cuda.device_count()
     if n_gpus:
-        per_gpu = runs_per_gpu or default_runs_per_gpu()
+        per_gpu = runs_per_gpu or default_workers_per_gpu()
         slots = [str(g) for _ in range(per_gpu) for g in range(n_gpus)]
-        threads = max(1, (os.cpu_count() or 1) // len(slots))
     else:
         slots = [""] * max(1, cpu_workers)
-        threads = max(1, (os.cpu_count() or 1) // len(slots))
-    free, running, queue = list(slots), {}, list(todo)
+    threads = max(1, (os.cpu_count() or 1) // len(slots))
+    queue = group_runs(todo)
+    workers: list[Worker] = []
+
+    def settle(worker: Worker, dead: bool) -> None:
+        """Record the worker's group: each run's result.json, or a crash/timeout record."""
+        for run in worker.group:
+            record = read_result(out / "runs" / run.id)
+            if record is None or record.get("status") not in FINAL + ("failed", "timeout"):
+                record = crash_record(run, worker.proc.returncode if dead else -9, worker.log)
+                if not dead:
+                    record.update(status="timeout", error=f"no result {worker.time_limit():.0f} s after the start "
+                                                          "(train.timeout plus a minute): the worker was stopped")
+            finish(run, record)
+        worker.group = None
+
     try:
-        while queue or running:
-            while queue and free:
-                run, slot = queue.pop(0), free.pop(0)
-                run_dir = prepare_run_dir(out, run)
-                env = {**os.environ, "CUDA_VISIBLE_DEVICES": slot, "OMP_NUM_THREADS": str(threads),
-                       "PYTHONUNBUFFERED": "1"}
-                log = open(run_dir / "worker.log", "w")
-                proc = subprocess.Popen([sys.executable, "-m", "zoo.worker", str(run_dir)], env=env, stdout=log,
-                                        stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
-                running[proc] = (run, slot, run_dir, log)
-            _set_postfix(bar, len(running), summary)
-            time.sleep(0.2)
-            for proc in [p for p in running if p.poll() is not None]:
-                run, slot, run_dir, log = running.pop(proc)
-                log.close()
-                free.append(slot)
-                record = read_result(run_dir)
-                if record is None or record.get("status") not in FINAL + ("failed",):
-                    record = crash_record(run, proc.returncode, run_dir / "worker.log")
-                finish(run, record)
-    finally:  # on Ctrl-C or any error: stop the children; their runs stay unfinished
-        for proc in running:
-            proc.kill()
-            proc.wait()
+        workers = [Worker(slot, threads, out / "workers" / f"{i}.log") for i, slot in enumerate(slots)]
+        while queue or any(w.group for w in workers):
+            for i, w in enumerate(workers):
+                if w.proc.poll() is not None or (w.group and w.time_limit() and time.time() - w.started > w.time_limit()):
+                    if w.group:
+                        dead = w.proc.poll() is not None
+                        w.stop()
+                        settle(w, dead)
+                    else:
+                        w.stop()
+                    workers[i] = w = Worker(w.slot, threads, w.log)
+                if w.group is None and queue:
+                    group = queue.pop(0)
+                    w.start(group, [prepare_run_dir(out, run) for run in group])
+            _set_postfix(bar, sum(len(w.group or []) for w in workers), summary)
+            busy = [w for w in workers if w.group]
+            ready, _, _ = select.select([w.replies for w in busy], [], [], 0.2)
+            for w in busy:
+                if w.replies in ready and w.replies.readline():
+                    settle(w, dead=False)
+    finally:  # on Ctrl-C or any error: stop the workers; their runs stay unfinished
+        for w in workers:
+            w.stop()
 
 
 def _ray_train(cfg_yaml: str) -> tuple[dict, str]:

@@ -1,24 +1,35 @@
-"""One local sweep worker: ``python -m zoo.worker <run_dir>`` trains ``<run_dir>/config.yaml`` and
-writes ``<run_dir>/result.json`` atomically. The sweep process starts it, one per run."""
+"""A persistent training worker: ``python -m zoo.worker <reply fd>``, started by the sweep (zoo.scheduler).
+
+It reads groups of run folders from standard input, one JSON list per line; trains each group in
+this process (``zoo.run.train_group``: runs that differ only in lr side by side, a single run being a
+group of one), writes each run's ``result.json`` atomically, then echoes the line on file descriptor
+``<reply fd>`` to say the group is done. Python, CUDA and Triton start once per worker, not per run.
+"""
 from __future__ import annotations
 
+import json
+import os
 import sys
 from pathlib import Path
 
 from omegaconf import OmegaConf
 
 
-def main(run_dir: str) -> int:
+def main(reply_fd: int) -> int:
     from zoo.config import make_run_config
     from zoo.results import write_json_atomic
-    from zoo.run import train
+    from zoo.run import train_group
 
-    run_dir = Path(run_dir)
-    cfg = make_run_config(OmegaConf.load(run_dir / "config.yaml"))
-    record = train(cfg, run_dir, quiet=True)
-    write_json_atomic(run_dir / "result.json", record)
+    with os.fdopen(reply_fd, "w", buffering=1) as reply:
+        for line in sys.stdin:
+            run_dirs = [Path(d) for d in json.loads(line)]
+            print(f"zoo.worker: training {', '.join(d.name for d in run_dirs)}", flush=True)
+            cfgs = [make_run_config(OmegaConf.load(d / "config.yaml")) for d in run_dirs]
+            for run_dir, record in zip(run_dirs, train_group(cfgs, run_dirs, quiet=True)):
+                write_json_atomic(run_dir / "result.json", record)
+            reply.write(line)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
+    sys.exit(main(int(sys.argv[1])))
