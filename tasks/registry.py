@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from zoo.registry import Registry
 
-TASKS = Registry("task", "task.name", ("tasks.mqar", "tasks.s5"))
+TASKS = Registry("task", "task.name", ("tasks.mqar", "tasks.s5", "tasks.word_problem"))
 
 
 def register_task(name: str):
