@@ -59,4 +59,4 @@ def test_segment_chances_follow_segment_names():
     chances = segment_chances("s5", {"group": "A5"}, [{"num_examples": 2}, {"num_examples": 2, "group": "S5"},
                                                      {"num_examples": 2, "input_seq_len": 256}])
     assert chances == {"N64": pytest.approx(1 / 60), "N64_1": pytest.approx(1 / 120), "N256": pytest.approx(1 / 60)}
-    assert segment_chances("mqar", {"vocab_size": 100}, SEGMENTS) == {"N64_kv4": 0.02, "N128_kv16": 0.02}
+    assert segment_chances("mqar", {"vocab_size": 200}, SEGMENTS) == {"N64_kv4": 0.01, "N128_kv16": 0.01}
