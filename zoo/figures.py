@@ -1,5 +1,8 @@
 """Figures of a sweep folder: ``python -m zoo.leaderboard <dir> --figure pareto|length|mad``.
 
+Runs of one mixer with different constructor kwargs are told apart by label (``deltanet`` and
+``deltanet negative_eigenvalues=True``, see :func:`label_mixers`).
+
 * ``pareto``: accuracy against recurrent state size, one point per run, and each mixer's Pareto frontier
   (the best accuracy reached with at most that much state), a panel per (task, N): the BASED paper's figure,
   from any MQAR sweep.
@@ -64,6 +67,25 @@ def train_segments(sweep_dir: Path, record: dict) -> list[dict]:
     return [{**cfg["task"]["params"], **segment} for segment in cfg["task"]["train"]]
 
 
+def label_mixers(records: list[dict], sweep_dir: Path) -> list[dict]:
+    """Copies of ``records`` with ``label``: the mixer name, plus ``key=value`` for each constructor kwarg whose
+    value differs between runs of that mixer (``deltanet`` and ``deltanet negative_eigenvalues=True``)."""
+    kwargs = []
+    for r in records:
+        cfg = run_config(sweep_dir, r) if "mixer_kwargs" not in r else None
+        kwargs.append(r.get("mixer_kwargs") or (cfg or {}).get("model", {}).get("mixer_kwargs", {}))
+    by_mixer: dict[str, list[dict]] = {}
+    for r, kw in zip(records, kwargs):
+        by_mixer.setdefault(r.get("mixer"), []).append(kw)
+    varying = {mixer: {key for kw in group for key in kw if any(other.get(key) != kw[key] for other in group)}
+               for mixer, group in by_mixer.items()}
+    labelled = []
+    for r, kw in zip(records, kwargs):
+        extra = " ".join(f"{key}={kw[key]}" for key in sorted(varying[r.get("mixer")]) if key in kw)
+        labelled.append({**r, "label": f"{r.get('mixer')} {extra}".strip()})
+    return labelled
+
+
 def _panels(n: int, width: float = 4.2, height: float = 3.3):
     plt = _pyplot()
     cols = min(n, 3)
@@ -96,11 +118,13 @@ def draw_pareto(records: list[dict], stem: Path) -> list[Path]:
     runs = pd.DataFrame([r for r in records if r.get("accuracy") is not None and r.get("state_size")])
     if runs.empty:
         raise ValueError("no run with both accuracy and state_size")
+    if "label" not in runs:
+        runs["label"] = runs["mixer"]
     cells = sorted(runs.groupby(["task", "seq_len"]).groups)
     fig, axes = _panels(len(cells))
     for ax, (task, n) in zip(axes, cells):
         cell = runs[(runs["task"] == task) & (runs["seq_len"] == n)]
-        for mixer, group in sorted(cell.groupby("mixer")):
+        for mixer, group in sorted(cell.groupby("label")):
             colour = mixer_colour(mixer)
             ax.scatter(group["state_size"], group["accuracy"], color=colour, alpha=0.35, s=14)
             front = pareto_frontier(group[["state_size", "accuracy"]])
@@ -142,7 +166,7 @@ def length_frame(records: list[dict], sweep_dir: Path) -> pd.DataFrame:
         corrected = bool(r.get("segment_chance"))
         for n, acc in segment_lengths(r["segment_accuracy"], r.get("segment_chance")).items():
             rows.append({"id": r["id"], "task": r["task"], "setting": json.dumps(setting, sort_keys=True),
-                         "mixer": r["mixer"], "train_lengths": lengths, "run_accuracy": r["accuracy"],
+                         "mixer": r.get("label", r["mixer"]), "train_lengths": lengths, "run_accuracy": r["accuracy"],
                          "length": n, "accuracy": acc, "corrected": corrected})
     return pd.DataFrame(rows)
 
@@ -187,7 +211,7 @@ def mad_scores(records: list[dict], sweep_dir: Path) -> pd.DataFrame:
             continue
         segments = train_segments(sweep_dir, r)
         setting = json.dumps(segments, sort_keys=True, default=str)
-        rows.append({"mixer": r["mixer"], "task": r["task"], "setting": setting, "accuracy": accuracy})
+        rows.append({"mixer": r.get("label", r["mixer"]), "task": r["task"], "setting": setting, "accuracy": accuracy})
     runs = pd.DataFrame(rows)
     if runs.empty:
         raise ValueError("no run with an accuracy")
@@ -220,7 +244,7 @@ def draw_mad(records: list[dict], stem: Path, sweep_dir: Path) -> list[Path]:
 def draw(figure: str, sweep_dir: Path) -> list[Path]:
     """Draw ``figure`` (one of :data:`FIGURES`) from the sweep folder; returns the files written."""
     sweep_dir = Path(sweep_dir)
-    records = latest_records(sweep_dir)
+    records = label_mixers(latest_records(sweep_dir), sweep_dir)
     stem = sweep_dir / figure
     if figure == "pareto":
         return draw_pareto(records, stem)

@@ -5,7 +5,7 @@ import pandas as pd
 import pytest
 from omegaconf import OmegaConf
 
-from zoo.figures import length_frame, mad_scores, pareto_frontier, segment_lengths
+from zoo.figures import label_mixers, length_frame, mad_scores, pareto_frontier, segment_lengths
 from zoo.leaderboard import main as leaderboard_main
 from zoo.results import latest_records
 
@@ -104,3 +104,12 @@ def test_mad_figure(tmp_path):
     for name in ("mad.png", "mad.pdf", "mad_scores.csv"):
         assert (tmp_path / name).stat().st_size > 0
     assert pd.read_csv(tmp_path / "mad_scores.csv", index_col=0).loc["softmax", "B"] == 0.4
+
+
+def test_mixers_with_different_kwargs_get_their_own_label(tmp_path):
+    records = [{"id": "a", "mixer": "deltanet", "mixer_kwargs": {"negative_eigenvalues": True, "num_heads": 2}},
+               {"id": "b", "mixer": "deltanet", "mixer_kwargs": {"num_heads": 2}},
+               {"id": "c", "mixer": "mamba"}]
+    write_results(tmp_path, [], [("c", {"model": {"mixer_kwargs": {"d_state": 16}}})])
+    assert [r["label"] for r in label_mixers(records, tmp_path)] == [
+        "deltanet negative_eigenvalues=True", "deltanet", "mamba"]
