@@ -22,3 +22,13 @@ def test_state_tracking():
     assert len(sweep.runs) == 144
     negative = [r for r in sweep.runs if r.cfg.model.mixer_kwargs.get("negative_eigenvalues")]
     assert len(negative) == 16 and {r.cfg.model.mixer for r in negative} == {"deltanet"}
+
+
+def test_mad_has_each_difficulty_change_once_per_task():
+    sweep = load_sweep(SWEEPS / "mad.yaml", ["model.mixer=softmax", "train.lr=0.001", "train.weight_decay=0.0"])
+    tasks = [r.cfg.task.name for r in sweep.runs]
+    counts = {name: tasks.count(name) for name in set(tasks)}
+    assert counts == {"in_context_recall": 11, "fuzzy_in_context_recall": 11, "noisy_in_context_recall": 14,
+                      "selective_copying": 13, "memorization": 6}
+    recall = [r for r in sweep.runs if r.cfg.task.name.endswith("recall")]
+    assert all(r.cfg.task.train[0].training and "training" not in r.cfg.task.test[0] for r in recall)
