@@ -77,6 +77,9 @@ def segment_chances(task_name: str, common: dict, segments: list[dict], split: s
 
     ``chance`` is each task's accuracy of the best guess that does not read the tokens (``1/|G|`` for a word
     problem over the whole group, ``1/2`` for parity); chance-corrected accuracy is
-    ``(accuracy - chance) / (1 - chance)``.
+    ``(accuracy - chance) / (1 - chance)``. A user task without ``chance`` gives ``{}``.
     """
-    return {name: task.chance for task, _, name in _plan(task_name, common, segments, split)}
+    planned = _plan(task_name, common, segments, split)
+    if not all(hasattr(task, "chance") for task, _, _ in planned):
+        return {}
+    return {name: task.chance for task, _, name in planned}
