@@ -1,4 +1,4 @@
-"""Synthetic tasks: MQAR (multi-query associative recall) and the S5 word problem."""
+"""Synthetic tasks: MQAR, MAD's suite, and word problems (state tracking); see README.md."""
 from tasks.registry import get_task, list_tasks, register_task
 from tasks.split import Segment, build_split
 

@@ -10,7 +10,10 @@ Every task provides:
 
 * ``vocab_size -> int``: inputs and labels (other than -100) lie in ``[0, vocab_size)``;
 * ``seq_len -> int``: the input length ``N``;
-* ``segment_name -> str``: a short name for a slice of a split, e.g. ``"N256_kv16"``;
+* ``segment_name -> str``: a short name for a slice of a split that starts with ``N<input length>``,
+  e.g. ``"N256_kv16"`` (figures read the length from it);
+* ``chance -> float``: the accuracy of the best guess that does not read the tokens, over the labelled
+  positions (chance-corrected accuracy is ``(accuracy - chance) / (1 - chance)``);
 * ``generate(num_examples, seed, device) -> (inputs, labels)``: two ``(num_examples, N)`` int64 tensors on
   ``device``, labels ``-100`` where no loss is taken; the same ``(seed, device)`` gives the same data.
 

@@ -107,6 +107,11 @@ class MQAR(Task):
         return 2 * self.num_kv_pairs * self.num_passes
 
     @property
+    def chance(self) -> float:
+        """Accuracy of the best input-blind guess: every label is a value, uniform over ``[V//2, V)``."""
+        return 1 / (self.vocab_size - self.vocab_size // 2)
+
+    @property
     def segment_name(self) -> str:
         passes = f"_p{self.num_passes}" if self.num_passes > 1 else ""
         return f"N{self.input_seq_len}_kv{self.num_kv_pairs}{passes}"

@@ -3,7 +3,9 @@ from __future__ import annotations
 
 from zoo.registry import Registry
 
-TASKS = Registry("task", "task.name", ("tasks.mqar", "tasks.s5"))
+BUILTINS = ("tasks.mqar", "tasks.s5", "tasks.word_problem", "tasks.recall", "tasks.fuzzy_recall", "tasks.copying",
+            "tasks.memorization", "tasks.compression")
+TASKS = Registry("task", "task.name", BUILTINS)
 
 
 def register_task(name: str):

@@ -40,6 +40,23 @@ def segment_seed(seed: int, split: str, index: int) -> int:
     return SPLITS.index(split) * _SEED_RANGE + int.from_bytes(digest[:8], "little") % _SEED_RANGE
 
 
+def _plan(task_name: str, common: dict, segments: list[dict], split: str) -> list[tuple[object, int, str]]:
+    """``(task, num_examples, name)`` per segment, every segment checked; names as in :func:`build_split`."""
+    _check_split(split)
+    cls = get_task(task_name)
+    planned, names = [], []
+    for index, entry in enumerate(segments):
+        params = {**common, **entry}
+        num_examples = params.pop("num_examples", None)
+        if isinstance(num_examples, bool) or not isinstance(num_examples, int) or num_examples < 1:
+            raise ConfigError(f"task.{split}[{index}].num_examples", num_examples, "an integer >= 1")
+        task = cls(**params)
+        name = task.segment_name if task.segment_name not in names else f"{task.segment_name}_{index}"
+        names.append(name)
+        planned.append((task, num_examples, name))
+    return planned
+
+
 def build_split(task_name: str, common: dict, segments: list[dict], split: str, seed: int, device) -> list[Segment]:
     """Generate every segment of ``split`` on ``device``.
 
@@ -48,20 +65,21 @@ def build_split(task_name: str, common: dict, segments: list[dict], split: str, 
     any is generated. Names come from the task's ``segment_name`` (``"N256_kv16"``, ``"N64"``); a name
     already taken in this split gets the suffix ``"_<i>"``.
     """
-    _check_split(split)
-    cls = get_task(task_name)
-    planned = []
-    for index, entry in enumerate(segments):
-        params = {**common, **entry}
-        num_examples = params.pop("num_examples", None)
-        if isinstance(num_examples, bool) or not isinstance(num_examples, int) or num_examples < 1:
-            raise ConfigError(f"task.{split}[{index}].num_examples", num_examples, "an integer >= 1")
-        planned.append((cls(**params), num_examples))
     built: list[Segment] = []
-    for index, (task, num_examples) in enumerate(planned):
+    for index, (task, num_examples, name) in enumerate(_plan(task_name, common, segments, split)):
         inputs, labels = task.generate(num_examples, segment_seed(seed, split, index), device)
-        name = task.segment_name
-        if any(segment.name == name for segment in built):
-            name = f"{name}_{index}"
         built.append(Segment(name, inputs, labels, task.params()))
     return built
+
+
+def segment_chances(task_name: str, common: dict, segments: list[dict], split: str = "test") -> dict[str, float]:
+    """``{segment name: chance}``, names as :func:`build_split` gives them, nothing generated.
+
+    ``chance`` is each task's accuracy of the best guess that does not read the tokens (``1/|G|`` for a word
+    problem over the whole group, ``1/2`` for parity); chance-corrected accuracy is
+    ``(accuracy - chance) / (1 - chance)``. A user task without ``chance`` gives ``{}``.
+    """
+    planned = _plan(task_name, common, segments, split)
+    if not all(hasattr(task, "chance") for task, _, _ in planned):
+        return {}
+    return {name: task.chance for task, _, name in planned}

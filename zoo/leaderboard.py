@@ -107,11 +107,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("sweep_dir", help="a sweep's output folder (holds results.jsonl)")
     parser.add_argument("--out", help="CSV path (default <sweep_dir>/leaderboard.csv)")
     parser.add_argument("--plot", help="PNG path (default <sweep_dir>/recall_grid.png)")
+    parser.add_argument("--figure", choices=("pareto", "length", "mad"),
+                        help="draw only this figure (zoo.figures) as <sweep_dir>/<figure>.png and .pdf")
     args = parser.parse_args(argv)
     if not (Path(args.sweep_dir) / "results.jsonl").exists():
         print(f"error: sweep_dir={args.sweep_dir!r} is not valid: expected a folder with results.jsonl",
               file=sys.stderr)
         return 2
+    if args.figure:
+        from zoo.figures import draw
+
+        try:
+            paths = draw(args.figure, Path(args.sweep_dir))
+        except ValueError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+        print("\n".join(map(str, paths)))
+        return 0
     print_and_save(Path(args.sweep_dir), args.out and Path(args.out), args.plot and Path(args.plot))
     return 0
 

@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from tasks import build_split, get_task
-from tasks.split import SPLITS, segment_seed
+from tasks.split import SPLITS, segment_chances, segment_seed
 from zoo.errors import ConfigError
 
 SEGMENTS = [
@@ -53,3 +53,10 @@ def test_errors_come_before_any_generation(monkeypatch):
         build_split("mqar", {}, SEGMENTS, "dev", 0, "cpu")
     assert caught.value.key == "split" and "'train'" in str(caught.value)
     assert calls == []
+
+
+def test_segment_chances_follow_segment_names():
+    chances = segment_chances("s5", {"group": "A5"}, [{"num_examples": 2}, {"num_examples": 2, "group": "S5"},
+                                                     {"num_examples": 2, "input_seq_len": 256}])
+    assert chances == {"N64": pytest.approx(1 / 60), "N64_1": pytest.approx(1 / 120), "N256": pytest.approx(1 / 60)}
+    assert segment_chances("mqar", {"vocab_size": 200}, SEGMENTS) == {"N64_kv4": 0.01, "N128_kv16": 0.01}
