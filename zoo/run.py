@@ -54,7 +54,8 @@ def train_group(cfgs: list[DictConfig], run_dirs: list[Path], device: torch.devi
     import lightning as L
     from lightning.pytorch.callbacks import TQDMProgressBar
 
-    from zoo.data import DeviceBatches, TaskDataModule
+    from tasks.split import segment_chances
+    from zoo.data import IGNORE, DeviceBatches, TaskDataModule
     from zoo.lit import MixerLM
     from zoo.model import LanguageModel
 
@@ -73,6 +74,14 @@ def train_group(cfgs: list[DictConfig], run_dirs: list[Path], device: torch.devi
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         data_seconds = time.perf_counter() - t0
+        chances = segment_chances(cfg.task.name, task_params(cfg, {}), [dict(s) for s in cfg.task.test], "test")
+        labelled = {s.name: int((s.targets != IGNORE).sum()) for s in data.test_segments}
+        for c, record in zip(cfgs, records):
+            record.update(segment_chance=chances, mixer_kwargs=OmegaConf.to_container(c.model.mixer_kwargs),
+                          weight_decay=c.train.weight_decay,
+                          num_train_examples=sum(s.num_examples for s in c.task.train))
+            if chances:  # chance of the whole test split, weighted by labelled tokens
+                record["chance"] = sum(chances[n] * labelled[n] for n in labelled) / sum(labelled.values())
 
         models, rng_states = [], []
         for c, record in zip(cfgs, records):
@@ -125,6 +134,8 @@ def train_group(cfgs: list[DictConfig], run_dirs: list[Path], device: torch.devi
         if history:
             record["final_accuracy"] = history[-1]["val/acc"]
             best = max(history, key=lambda h: h["val/acc"])
+            if "chance" in record and record["chance"] < 1:
+                record["chance_corrected_accuracy"] = (best["val/acc"] - record["chance"]) / (1 - record["chance"])
             record.update(accuracy=best["val/acc"], seq_accuracy=best["val/seq_acc"], best_epoch=best["epoch"],
                           segment_accuracy={k.split("/", 2)[2]: v for k, v in best.items()
                                             if k.startswith("val/acc/")})

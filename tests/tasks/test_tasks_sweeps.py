@@ -1,9 +1,7 @@
 """The shipped sweeps of issue 12 expand and validate (every run's task parameters and model are checked)."""
 from pathlib import Path
 
-import pytest
 
-from zoo.registry import list_mixers
 from zoo.sweep import load_sweep
 
 SWEEPS = Path(__file__).parents[2] / "sweeps"
@@ -16,7 +14,6 @@ def test_mqar_extrapolate_tests_to_four_times_the_longest_training_length():
     assert max(s.input_seq_len for s in task.test) == 4 * max(s.input_seq_len for s in task.train) == 1024
 
 
-@pytest.mark.skipif("deltanet" not in list_mixers(), reason="needs the deltanet mixer of issue 12")
 def test_state_tracking():
     sweep = load_sweep(SWEEPS / "state_tracking.yaml")
     assert len(sweep.runs) == 144
