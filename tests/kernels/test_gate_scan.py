@@ -60,8 +60,8 @@ def test_bad_backend_and_shapes_are_config_errors():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("B,T,H", [(1, 65536, 64), (4, 3000, 16), (2, 513, 3)])
+@pytest.mark.parametrize("B,T,H,dtype", [(1, 65536, 64, torch.bfloat16), (4, 3000, 16, torch.float32),
+                                          (2, 513, 3, torch.bfloat16)])
 def test_gpu_scan_long(B, T, H, dtype):
     h64, beta64 = inputs(B, T, H)
     h, beta = h64.to(dtype).requires_grad_(), beta64.to(dtype).requires_grad_()

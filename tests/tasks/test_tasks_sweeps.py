@@ -1,7 +1,6 @@
 """The shipped sweeps of issue 12 expand and validate (every run's task parameters and model are checked)."""
 from pathlib import Path
 
-
 from zoo.sweep import load_sweep
 
 SWEEPS = Path(__file__).parents[2] / "sweeps"
