@@ -35,6 +35,7 @@ from zoo.errors import ConfigError
 
 PositiveInt = Annotated[int, Field(ge=1)]
 Number = Annotated[float, Field(allow_inf_nan=False)]
+SHAPE_CHECK_LEN = 8  # the sequence length of the meta forward that checks a mixer's output shape
 LOGGER_PACKAGES = {"csv": (), "tensorboard": ("tensorboard", "tensorboardX"), "wandb": ("wandb",)}
 
 
@@ -257,7 +258,9 @@ def _check_segment(task: str, params_json: str, key: str) -> tuple[int, int]:
 @functools.lru_cache(maxsize=4096)
 def _check_model(model_json: str, seq_len: int, vocab: int) -> None:
     """Build the model on the meta device (no memory, no compute) so mixers can reject values, then
-    run each mixer once on a meta input: its output must have its input's shape [B, L, D]."""
+    run each mixer once on a short meta input: its output must have its input's shape [B, L, D].
+    (Short, because a meta tensor op costs as much Python as a real one and recurrent references
+    loop over L.)"""
     import torch
 
     from zoo.model import LanguageModel
@@ -274,7 +277,7 @@ def _check_model(model_json: str, seq_len: int, vocab: int) -> None:
     except Exception as err:  # a mixer that rejects its arguments with a plain exception
         raise ConfigError("model.mixer_kwargs", m["mixer_kwargs"],
                           f"arguments {m['mixer']!r} accepts ({err})") from None
-    x = torch.empty(2, seq_len, m["d_model"], device="meta")
+    x = torch.empty(2, min(seq_len, SHAPE_CHECK_LEN), m["d_model"], device="meta")
     layer_state: dict = {}
     for block in model.blocks:
         try:
