@@ -43,7 +43,13 @@ class KillsItsProcess(_Linear):
         return x  # a worker that dies without writing a result (segfault, OOM killer)
 
 
-@register_mixer("test_wrong_shape")
-class WrongShape(_Linear):
+@register_mixer("test_last_dim_1")
+class LastDimOne(_Linear):
     def forward(self, x):  # (B, L, D) -> (B, L, 1): would broadcast in the residual add
         return self.proj(x)[..., :1]
+
+
+@register_mixer("test_length_1")
+class LengthOne(_Linear):
+    def forward(self, x):  # (B, L, D) -> (B, 1, D): would broadcast in the residual add
+        return self.proj(x)[:, -1:]
