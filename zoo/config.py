@@ -207,7 +207,7 @@ def check_run(run: dict) -> None:
     if t["warmup_epochs"] > t["max_epochs"]:
         raise ConfigError("train.warmup_epochs", t["warmup_epochs"], f"a number <= train.max_epochs ({t['max_epochs']})")
     m = run["model"]
-    check_mixer_kwargs(m["mixer"], m["mixer_kwargs"])
+    _check_mixer_kwargs(m["mixer"], _canon(m["mixer_kwargs"]))
     seq_len = vocab = 0
     for split in ("train", "test"):
         for i, segment in enumerate(run["task"][split]):
@@ -228,6 +228,11 @@ def check_mixer_kwargs(mixer: str, kwargs: dict, key: str = "model.mixer_kwargs"
                 hints[name].validate_python(value)
             except ValidationError as err:
                 raise schema_error(err, Schema, f"{key}.{name}") from None
+
+
+@functools.lru_cache(maxsize=4096)
+def _check_mixer_kwargs(mixer: str, kwargs_json: str) -> None:
+    check_mixer_kwargs(mixer, json.loads(kwargs_json))
 
 
 @functools.lru_cache(maxsize=None)

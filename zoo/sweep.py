@@ -96,12 +96,13 @@ class Sweep:
     def iter_runs(self) -> Iterator[Run]:
         """Expand and check one run at a time (ConfigError names the run)."""
         for combo in itertools.product(*[range(len(a.settings)) for a in self.axes]):
-            config = _copy(self.base)
+            config, fresh = dict(self.base), set()  # copy on write: only the dicts on a set key's path
             for axis, i in zip(self.axes, combo):
                 for key, value in axis.settings[i].items():
-                    _set(config, key, _copy(value))
+                    _set(config, key, _copy(value), fresh)
             model = config["model"]
-            model["mixer_kwargs"] = {**self.mixer_kwargs.get(model["mixer"], {}), **model["mixer_kwargs"]}
+            _set(config, "model.mixer_kwargs", {**self.mixer_kwargs.get(model["mixer"], {}), **model["mixer_kwargs"]},
+                 fresh)
             label = ", ".join(a.labels[i] for a, i in zip(self.axes, combo)) or "base"
             try:
                 check_run(config)
@@ -122,11 +123,20 @@ def _copy(tree):
     return tree
 
 
-def _set(tree: dict, key: str, value) -> None:
+def _set(tree: dict, key: str, value, fresh: set | None = None) -> None:
+    """Set dotted ``key`` in ``tree``. With ``fresh`` (the paths already copied), the dicts on the
+    path are copied before their first change, so a tree that shares its other dicts stays intact."""
     *parents, last = key.split(".")
+    path = ""
     for name in parents:
-        if not isinstance(tree.get(name), dict):
+        path += "." + name
+        child = tree.get(name)
+        if not isinstance(child, dict):
             tree[name] = {}
+        elif fresh is not None and path not in fresh:
+            tree[name] = dict(child)
+        if fresh is not None:
+            fresh.add(path)
         tree = tree[name]
     tree[last] = value
 
