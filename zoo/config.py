@@ -1,4 +1,4 @@
-"""The configuration of one training run, its validation, and its stable id.
+"""The configuration of one training run: its schema, its validation, and its stable id.
 
 A run config has four sections (YAML, read with omegaconf)::
 
@@ -9,193 +9,353 @@ A run config has four sections (YAML, read with omegaconf)::
 
 A segment is a dict of task-parameter overrides plus ``num_examples``; a split with several
 segments mixes several (N, kv) settings, and accuracy is reported per segment too.
+
+Every key has a type and a range, declared once in the pydantic models below (strict: ``"512"`` is
+not an integer, ``1`` is not a boolean). Task parameters are checked by the task class, mixer
+kwargs by the mixer's constructor signature (names and annotated types), and the mixer's output
+shape by one forward pass on the meta device (no memory, no compute). Every failure is a
+``ConfigError`` naming the key, the value and what is allowed, raised before any training.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib
+import importlib.util
 import inspect
 import json
-from dataclasses import dataclass, field
-from typing import Any, Optional
+import typing
+from typing import Annotated, Any, Literal, Optional
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from zoo.errors import ConfigError
 
-PRECISIONS = ("auto", "bf16", "fp32")
-LOGGERS = ("csv", "tensorboard", "wandb")
-DECAY_GROUPS = ("all", "matrices")
+PositiveInt = Annotated[int, Field(ge=1)]
+Number = Annotated[float, Field(allow_inf_nan=False)]
+SHAPE_CHECK_LEN = 8  # the sequence length of the meta forward that checks a mixer's output shape
+LOGGER_PACKAGES = {"csv": (), "tensorboard": ("tensorboard", "tensorboardX"), "wandb": ("wandb",)}
 
 
-@dataclass
-class TaskConfig:
+def _importable_logger(name: str) -> str:
+    packages = LOGGER_PACKAGES[name]
+    if packages and not any(importlib.util.find_spec(p) for p in packages):
+        raise ValueError(f"a logger whose package is installed (pip install {packages[0]})")
+    return name
+
+
+class Schema(BaseModel):
+    """Unknown keys are errors; values must already have their type (no "512" -> 512)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class Segment(Schema):
+    """``num_examples`` plus task parameters that override ``task.params`` (checked by the task)."""
+
+    model_config = ConfigDict(extra="allow")
+    num_examples: PositiveInt = Field(description="an integer >= 1 (the number of examples)")
+
+
+class TaskConfig(Schema):
     name: str = "mqar"
-    params: dict = field(default_factory=dict)
-    train: list = field(default_factory=lambda: [{"num_examples": 100_000}])
-    test: list = field(default_factory=lambda: [{"num_examples": 3_000}])
+    params: dict[str, Any] = {}
+    train: Annotated[list[Segment], Field(min_length=1)] = [Segment(num_examples=100_000)]
+    test: Annotated[list[Segment], Field(min_length=1)] = [Segment(num_examples=3_000)]
 
 
-@dataclass
-class ModelConfig:
+class ModelConfig(Schema):
     mixer: str = "softmax"
-    d_model: int = 128
-    n_layers: int = 2
-    mixer_kwargs: dict = field(default_factory=dict)
-    state_mixer: str = "identity"
+    d_model: PositiveInt = 128
+    n_layers: PositiveInt = 2
+    mixer_kwargs: dict[str, Any] = {}
+    state_mixer: Literal["identity", "mlp"] = "identity"
     # Options every mixer shares; the defaults are Zoology's figure-2 setup (README, "Model setup").
-    positions: Optional[str] = None  # learned | rope | none; None: the mixer's default (attention: learned)
-    init: str = "zoology"  # zoology: N(0, 0.02) on every Linear and Embedding; mixer: each mixer's own
-    dropout: float = 0.1  # attention dropout, for mixers that take it (Zoology's attention: 0.1)
+    positions: Optional[Literal["learned", "rope", "none"]] = None  # None: the mixer's default (attention: learned)
+    init: Literal["zoology", "mixer"] = "zoology"  # zoology: N(0, 0.02) on every Linear and Embedding; mixer: its own
+    dropout: Annotated[Number, Field(ge=0, lt=1)] = 0.1  # attention dropout, for mixers that take it (Zoology: 0.1)
 
 
-@dataclass
-class TrainConfig:
-    batch_size: int = 64
-    eval_batch_size: Optional[int] = None  # None: same as batch_size
-    max_epochs: int = 64
-    lr: float = 1e-3
-    weight_decay: float = 0.1
-    decay_params: str = "all"  # Zoology decays every parameter; "matrices" spares biases, norms, embeddings
-    betas: list = field(default_factory=lambda: [0.9, 0.999])
-    warmup_epochs: float = 0.0
-    min_lr_ratio: float = 0.0
-    grad_clip: Optional[float] = None
-    early_stop_accuracy: Optional[float] = 0.99  # None: always run max_epochs
-    precision: str = "auto"  # auto: bf16 autocast on GPU, fp32 on CPU
+class TrainConfig(Schema):
+    batch_size: PositiveInt = 64
+    eval_batch_size: Optional[PositiveInt] = None  # None: same as batch_size
+    max_epochs: PositiveInt = 64
+    lr: Annotated[Number, Field(gt=0)] = 1e-3
+    weight_decay: Annotated[Number, Field(ge=0)] = 0.1
+    # Zoology decays every parameter; "matrices" spares biases, norms, embeddings
+    decay_params: Literal["all", "matrices"] = "all"
+    betas: Annotated[list[Annotated[Number, Field(ge=0, lt=1)]], Field(min_length=2, max_length=2)] = [0.9, 0.999]
+    warmup_epochs: Annotated[Number, Field(ge=0)] = 0.0  # at most max_epochs (checked in check_run)
+    min_lr_ratio: Annotated[Number, Field(ge=0, le=1)] = 0.0
+    grad_clip: Optional[Annotated[Number, Field(gt=0)]] = None  # None: no clipping
+    early_stop_accuracy: Optional[Annotated[Number, Field(gt=0, le=1)]] = 0.99  # None: always run max_epochs
+    precision: Literal["auto", "bf16", "fp32"] = "auto"  # auto: bf16 autocast on GPU, fp32 on CPU
     compile: bool = False  # torch.compile the model
     cuda_graphs: bool = False  # on GPU, replay each training step from a CUDA graph (off when compile is on)
-    loggers: list = field(default_factory=lambda: ["csv"])
+    loggers: list[Annotated[Literal["csv", "tensorboard", "wandb"], AfterValidator(_importable_logger)]] = ["csv"]
     progress_bar: bool = True
+    timeout: Optional[Annotated[Number, Field(gt=0)]] = None  # wall seconds per run; None: no limit
+    checkpoint: bool = True  # save at the end of each epoch so a killed run resumes
 
 
-@dataclass
-class RunConfig:
-    task: TaskConfig = field(default_factory=TaskConfig)
-    model: ModelConfig = field(default_factory=ModelConfig)
-    train: TrainConfig = field(default_factory=TrainConfig)
-    seed: int = 0
-    imports: list = field(default_factory=list)  # user modules that register mixers or tasks
+class RunConfig(Schema):
+    task: TaskConfig = TaskConfig()
+    model: ModelConfig = ModelConfig()
+    train: TrainConfig = TrainConfig()
+    seed: Annotated[int, Field(ge=0, le=2**32 - 1)] = 0  # the range Lightning's seed_everything takes
+    imports: list[str] = []  # user modules that register mixers or tasks; importing them runs their code
 
 
-def _check_keys(raw, schema, prefix: str = "") -> None:
-    """Reject keys that the dataclass ``schema`` (or a nested one) does not have."""
-    fields = schema.__dataclass_fields__
-    for key in raw:
-        if key not in fields:
-            raise ConfigError(f"{prefix}{key}", raw[key], list(fields))
-        sub = fields[key].default_factory if callable(fields[key].default_factory) else None
-        if sub is not None and hasattr(sub, "__dataclass_fields__") and isinstance(raw[key], (dict, DictConfig)):
-            _check_keys(raw[key], sub, f"{prefix}{key}.")
+def _model_at(schema: type, path: list[str]) -> type | None:
+    """The schema class reached by following ``path`` (field names) from ``schema``, if any."""
+    for name in path:
+        field = getattr(schema, "model_fields", {}).get(name)
+        if field is None:
+            return None
+        schema = field.annotation
+        while typing.get_origin(schema) in (list, typing.Union, Annotated):
+            schema = typing.get_args(schema)[0]
+    return schema if isinstance(schema, type) and issubclass(schema, BaseModel) else None
+
+
+def error_key(loc: tuple) -> str:
+    """``("task", "train", 0, "num_examples")`` -> ``task.train[0].num_examples``; a trailing index is
+    dropped, so a bad list item is reported under the list's key, with the item as the value."""
+    parts: list[str] = []
+    for i, p in enumerate(loc):
+        if isinstance(p, int):
+            if i < len(loc) - 1 and parts:
+                parts[-1] += f"[{p}]"
+        else:
+            parts.append(str(p))
+    return ".".join(parts)
+
+
+def schema_error(err: ValidationError, schema: type, prefix: str = "") -> ConfigError:
+    """The first error of a pydantic validation as a ``ConfigError`` (key, value, what is allowed)."""
+    e = err.errors(include_url=False)[0]
+    names = [p for p in e["loc"] if isinstance(p, str)]
+    if e["type"] == "extra_forbidden":
+        parent = _model_at(schema, names[:-1])
+        allowed = list(parent.model_fields) if parent else "no such key"
+    elif e["type"] == "missing":
+        parent = _model_at(schema, names[:-1])
+        field = parent.model_fields.get(names[-1]) if parent else None
+        allowed = f"{(field and field.description) or 'a value'} (required)"
+    elif e["type"] == "too_short" and e.get("ctx", {}).get("min_length") == 1:
+        allowed = "a non-empty list"
+    else:
+        allowed = e["msg"].removeprefix("Input should be ").removeprefix("Value error, ")
+        if e["type"] in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
+            allowed = f"a number {allowed}"
+    return ConfigError(prefix + error_key(e["loc"]), e.get("input"), allowed)
+
+
+def plain(raw) -> Any:
+    """A plain container from a DictConfig (interpolations resolved) or a plain value."""
+    if OmegaConf.is_config(raw):
+        try:
+            return OmegaConf.to_container(raw, resolve=True)
+        except OmegaConfBaseException as err:
+            key = str(getattr(err, "full_key", "") or "?")
+            raise ConfigError(key, "?", f"a value that resolves ({str(err).splitlines()[0]})") from None
+    return raw
+
+
+def resolve(raw) -> dict:
+    """``raw`` (dict or DictConfig) merged onto the defaults and type-checked: a plain dict."""
+    raw = plain(raw)
+    if not isinstance(raw, dict):
+        raise ConfigError("config", raw, "a mapping of task, model, train, seed, imports")
+    try:
+        return RunConfig.model_validate(raw).model_dump()
+    except ValidationError as err:
+        raise schema_error(err, RunConfig) from None
 
 
 def make_run_config(raw: dict | DictConfig) -> DictConfig:
-    """Merge ``raw`` onto the defaults, rejecting unknown keys and values of the wrong type."""
-    _check_keys(raw, RunConfig)
-    try:
-        return OmegaConf.merge(OmegaConf.structured(RunConfig), raw)
-    except OmegaConfBaseException as err:
-        key = str(getattr(err, "full_key", "") or "?")
-        raise ConfigError(key, OmegaConf.select(OmegaConf.create(raw), key, default=None),
-                          str(err).splitlines()[0]) from None
+    """Merge ``raw`` onto the defaults, rejecting unknown keys and values of the wrong type or range."""
+    return OmegaConf.create(resolve(raw))
 
 
-def import_user_modules(cfg: DictConfig) -> None:
-    """Import the modules named in ``imports``, which register the user's own mixers and tasks."""
-    for module in cfg.imports:
+def import_user_modules(cfg) -> None:
+    """Import the modules named in ``imports``, which register the user's own mixers and tasks.
+
+    Importing a module runs its code: a sweep file's ``imports`` are trusted like a script."""
+    for module in plain(cfg)["imports"]:
         try:
             importlib.import_module(module)
         except ImportError as err:
             raise ConfigError("imports", module, f"an importable module ({err})") from None
 
 
-def validate(cfg: DictConfig) -> None:
-    """Check everything that can be checked before training: names, kwargs, task parameters."""
-    from tasks import get_task
-    from zoo.registry import check_mixer_kwargs
+def _canon(obj) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
 
-    import_user_modules(cfg)
-    t = cfg.train
-    for key, value, allowed in (("train.precision", t.precision, PRECISIONS),
-                                ("train.decay_params", t.decay_params, DECAY_GROUPS)):
-        if value not in allowed:
-            raise ConfigError(key, value, list(allowed))
-    for logger in t.loggers:
-        if logger not in LOGGERS:
-            raise ConfigError("train.loggers", logger, list(LOGGERS))
-    for key in ("batch_size", "max_epochs"):
-        if t[key] < 1:
-            raise ConfigError(f"train.{key}", t[key], "an integer >= 1")
-    if not t.lr > 0:
-        raise ConfigError("train.lr", t.lr, "a number > 0")
-    if t.early_stop_accuracy is not None and not 0 < t.early_stop_accuracy <= 1:
-        raise ConfigError("train.early_stop_accuracy", t.early_stop_accuracy, "a number in (0, 1] or null")
-    m = cfg.model
-    for key in ("d_model", "n_layers"):
-        if m[key] < 1:
-            raise ConfigError(f"model.{key}", m[key], "an integer >= 1")
-    check_mixer_kwargs(m.mixer, OmegaConf.to_container(m.mixer_kwargs))
-    task_cls = get_task(cfg.task.name)
-    accepted = [p for p in inspect.signature(task_cls.__init__).parameters if p != "self"]
+
+def validate(cfg) -> None:
+    """Check everything that can be checked before training (see ``check_run``)."""
+    check_run(plain(cfg))
+
+
+def check_run(run: dict) -> None:
+    """Check a resolved run config (``resolve``'s output): names, kwargs, task parameters, the model.
+
+    The costly checks are cached by their inputs, so a sweep of many runs that share tasks and
+    models checks each distinct task and model once."""
+    import_user_modules(run)
+    t = run["train"]
+    if t["warmup_epochs"] > t["max_epochs"]:
+        raise ConfigError("train.warmup_epochs", t["warmup_epochs"], f"a number <= train.max_epochs ({t['max_epochs']})")
+    m = run["model"]
+    _check_mixer_kwargs(m["mixer"], _canon(m["mixer_kwargs"]))
+    seq_len = vocab = 0
     for split in ("train", "test"):
-        if not cfg.task[split]:
-            raise ConfigError(f"task.{split}", [], "a non-empty list of segments")
-        for i, segment in enumerate(cfg.task[split]):
-            key = f"task.{split}[{i}]"
-            if "num_examples" not in segment or int(segment["num_examples"]) < 1:
-                raise ConfigError(f"{key}.num_examples", segment.get("num_examples"), "an integer >= 1")
-            params = task_params(cfg, segment)
-            for name in params:
-                if name not in accepted:
-                    raise ConfigError(f"{key}.{name}", params[name], accepted)
-            task_cls(**params)  # the task rejects impossible values itself
-    _check_model_builds(cfg)
+        for i, segment in enumerate(run["task"][split]):
+            n, v = _check_segment(run["task"]["name"], _canon(segment_params(run, segment)), f"task.{split}[{i}]")
+            seq_len, vocab = max(seq_len, n), max(vocab, v)
+    _check_model(_canon(m), seq_len, vocab)
 
 
-def _check_model_builds(cfg: DictConfig) -> None:
-    """Construct the model on the meta device (no memory, no compute) so mixers can reject values."""
+def check_mixer_kwargs(mixer: str, kwargs: dict, key: str = "model.mixer_kwargs") -> None:
+    """Names the mixer's constructor takes, with the types it annotates (strict, like the schema)."""
+    from zoo.registry import check_mixer_kwargs as check_names, get_mixer
+
+    check_names(mixer, kwargs, key)
+    hints = _constructor_hints(get_mixer(mixer))
+    for name, value in kwargs.items():
+        if name in hints:
+            try:
+                hints[name].validate_python(value)
+            except ValidationError as err:
+                raise schema_error(err, Schema, f"{key}.{name}") from None
+
+
+@functools.lru_cache(maxsize=4096)
+def _check_mixer_kwargs(mixer: str, kwargs_json: str) -> None:
+    check_mixer_kwargs(mixer, json.loads(kwargs_json))
+
+
+@functools.lru_cache(maxsize=None)
+def _constructor_hints(cls: type) -> dict[str, TypeAdapter]:
+    try:
+        hints = typing.get_type_hints(cls.__init__)
+    except Exception:  # an annotation that cannot be resolved: names are still checked
+        return {}
+    strict = ConfigDict(strict=True, arbitrary_types_allowed=True)
+    return {name: TypeAdapter(hint, config=strict) for name, hint in hints.items() if name != "return"}
+
+
+@functools.lru_cache(maxsize=4096)
+def _check_segment(task: str, params_json: str, key: str) -> tuple[int, int]:
+    """Build one segment's task (it rejects impossible values); return its (seq_len, vocab_size)."""
+    from tasks import get_task
+
+    task_cls = get_task(task)
+    params = json.loads(params_json)
+    accepted = [p for p in inspect.signature(task_cls.__init__).parameters if p != "self"]
+    for name in params:
+        if name not in accepted:
+            raise ConfigError(f"{key}.{name}", params[name], accepted)
+    built = task_cls(**params)
+    return built.seq_len, built.vocab_size
+
+
+@functools.lru_cache(maxsize=4096)
+def _check_model(model_json: str, seq_len: int, vocab: int) -> None:
+    """Build the model on the meta device (no memory, no compute) so mixers can reject values, then
+    run each mixer once on a short meta input: its output must have its input's shape [B, L, D].
+    (Short, because a meta tensor op costs as much Python as a real one and recurrent references
+    loop over L.)"""
+    import torch
+
     from zoo.model import LanguageModel
 
+    m = json.loads(model_json)
+    kwargs = dict(vocab_size=vocab, d_model=m["d_model"], n_layers=m["n_layers"], mixer=m["mixer"],
+                  mixer_kwargs=m["mixer_kwargs"], max_seq_len=seq_len, state_mixer=m["state_mixer"],
+                  positions=m["positions"], init=m["init"], dropout=m["dropout"])
     try:
-        LanguageModel.from_config(cfg, device="meta")
+        with torch.device("meta"):
+            model = LanguageModel(**kwargs)
     except ConfigError:
         raise
     except Exception as err:  # a mixer that rejects its arguments with a plain exception
-        kwargs = OmegaConf.to_container(cfg.model.mixer_kwargs)
-        raise ConfigError("model.mixer_kwargs", kwargs, f"arguments {cfg.model.mixer!r} accepts ({err})") from None
+        raise ConfigError("model.mixer_kwargs", m["mixer_kwargs"],
+                          f"arguments {m['mixer']!r} accepts ({err})") from None
+    x = torch.empty(2, min(seq_len, SHAPE_CHECK_LEN), m["d_model"], device="meta")
+    layer_state: dict = {}
+    for block in model.blocks:
+        try:
+            y = block.mixer(x, layer_state) if block.passes_layer_state else block.mixer(x)
+        except Exception:  # ops without a meta kernel: the worker will run (and record) it for real
+            return
+        if not isinstance(y, torch.Tensor) or tuple(y.shape) != tuple(x.shape):
+            got = tuple(y.shape) if isinstance(y, torch.Tensor) else type(y).__name__
+            raise ConfigError("model.mixer", m["mixer"], f"a mixer whose forward maps [B, L, D] = {tuple(x.shape)} "
+                                                         f"to the same shape, not {got}")
 
 
-def task_params(cfg: DictConfig, segment) -> dict:
-    """The task parameters of one segment: the common ``task.params`` overridden by the segment."""
-    params = {**OmegaConf.to_container(cfg.task.params), **dict(segment)}
+def segment_params(run: dict, segment: dict) -> dict:
+    """The task parameters of one segment of a plain run config."""
+    params = {**run["task"]["params"], **segment}
     params.pop("num_examples", None)
     return params
 
 
-def _segment_tasks(cfg: DictConfig) -> list:
+def task_params(cfg, segment) -> dict:
+    """The task parameters of one segment: the common ``task.params`` overridden by the segment."""
+    return segment_params(plain(cfg), plain(segment))
+
+
+def _segment_tasks(cfg, splits=("train", "test")) -> list:
     from tasks import get_task
 
-    task_cls = get_task(cfg.task.name)
-    return [task_cls(**task_params(cfg, s)) for s in list(cfg.task.train) + list(cfg.task.test)]
+    run = plain(cfg)
+    task_cls = get_task(run["task"]["name"])
+    return [task_cls(**segment_params(run, s)) for split in splits for s in run["task"][split]]
 
 
-def max_seq_len(cfg: DictConfig) -> int:
+def max_seq_len(cfg) -> int:
     """The longest input over every train and test segment (sizes position tables and filters)."""
     return max(t.seq_len for t in _segment_tasks(cfg))
 
 
-def vocab_size(cfg: DictConfig) -> int:
+def vocab_size(cfg) -> int:
     """The model vocabulary: the largest over every segment."""
     return max(t.vocab_size for t in _segment_tasks(cfg))
 
 
-def run_id(cfg: DictConfig) -> str:
+def run_id(cfg) -> str:
     """A stable 12-hex-digit hash of the resolved config (key order does not matter)."""
-    container = OmegaConf.to_container(cfg, resolve=True)
-    blob = json.dumps(container, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(blob.encode()).hexdigest()[:12]
+    return hashlib.sha256(_canon(plain(cfg)).encode()).hexdigest()[:12]
 
 
-def to_plain(cfg: DictConfig) -> dict[str, Any]:
-    return OmegaConf.to_container(cfg, resolve=True)
+def to_plain(cfg) -> dict[str, Any]:
+    return plain(cfg)
+
+
+def flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
+    """``{"train": {"lr": 1}}`` -> ``{"train.lr": 1}``; lists become JSON text (hashable, one cell)."""
+    flat = {}
+    for key, value in tree.items():
+        if isinstance(value, dict) and value:
+            flat.update(flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = _canon(value) if isinstance(value, (list, dict)) else value
+    return flat
+
+
+def record_fields(cfg) -> dict[str, Any]:
+    """What a run's result record says about its config, for the leaderboard and for humans.
+
+    ``seq_len`` is the longest *training* input (S5 tests at other lengths); ``settings`` is every
+    key of the config, flattened (``train.lr``, ``task.params.num_kv_pairs``, ...), so a leaderboard
+    can keep apart whatever a sweep varied."""
+    run = plain(cfg)
+    return {"task": run["task"]["name"], "mixer": run["model"]["mixer"], "d_model": run["model"]["d_model"],
+            "n_layers": run["model"]["n_layers"], "lr": run["train"]["lr"], "seed": run["seed"],
+            "seq_len": max(t.seq_len for t in _segment_tasks(run, ("train",))),
+            "task_params": segment_params(run, run["task"]["train"][0]), "settings": flatten(run)}

@@ -1,10 +1,17 @@
-"""Leaderboard of a sweep: best accuracy over learning rates per (task, mixer, N, d_model).
+"""Leaderboard of a sweep: one cell per distinct setting, the best learning rate, seeds averaged.
 
     python -m zoo.leaderboard <sweep dir> [--out leaderboard.csv] [--plot recall_grid.png]
 
-Writes the CSV (one row per cell), prints a pivot table (mixers x (N, d_model), sorted by mean
-accuracy) and draws a recall grid like Zoology's figure 2: accuracy against d_model, one panel per
-N, one line per mixer.
+A cell is every setting the sweep varied except the learning rate and the seed: task, mixer,
+training length N, d_model, and any other key that differs between runs (``num_kv_pairs``,
+``train.weight_decay``, ...; one CSV column each). Within a cell, the accuracy of each learning
+rate is averaged over its seeds (mean, sample std, n) and the learning rate with the best mean is
+kept. Only finished runs count (``zoo.results.final_records``): completed, diverged and timed-out
+runs with what they reached; failed runs are left out.
+
+Writes the CSV (one row per cell), prints a pivot table (mixers x cells, best mean first) and draws
+a recall grid like Zoology's figure 2: accuracy against d_model with error bars over seeds, one
+panel per task setting (N, kv, ...), one line per mixer in that mixer's colour in every figure.
 """
 from __future__ import annotations
 
@@ -14,83 +21,160 @@ from pathlib import Path
 
 import pandas as pd
 
-from zoo.results import latest_records
+from zoo.results import FINAL, final_records
 
 CELL = ["task", "mixer", "seq_len", "d_model"]
-COLUMNS = CELL + ["accuracy", "seq_accuracy", "lr", "params", "state_size", "epochs", "wall_seconds",
-                  "seconds_per_epoch", "runs", "status"]
+METRICS = ["accuracy", "seq_accuracy", "params", "state_size", "epochs", "wall_seconds", "seconds_per_epoch"]
+# Keys that name the cell's fixed columns, that are maximised or averaged over, or that do not
+# change what a run learns: never a reason to keep two runs apart.
+NOT_SETTINGS = {"task.name", "model.mixer", "model.d_model", "task.params.input_seq_len", "train.lr", "seed",
+                "train.progress_bar", "train.loggers", "train.timeout", "train.checkpoint", "imports"}
+SHORT = {"num_kv_pairs": "kv", "input_seq_len": "N"}
 
 
-def runs_frame(records: list[dict]) -> pd.DataFrame:
-    """One row per run that produced validation metrics (diverged runs count with what they reached)."""
-    rows = [r for r in records if r.get("accuracy") is not None]
-    keep = CELL + ["accuracy", "seq_accuracy", "lr", "params", "state_size", "epochs", "wall_seconds",
-                   "seconds_per_epoch", "status", "id"]
-    return pd.DataFrame([{k: r.get(k) for k in keep} for r in rows], columns=keep)
+def _column(key: str) -> str:
+    """``task.params.num_kv_pairs`` -> ``num_kv_pairs``; other keys keep their dotted name."""
+    return key.removeprefix("task.params.")
+
+
+def with_settings(record: dict, sweep_dir: Path | None = None) -> dict:
+    """``record`` with ``settings`` (every config key, flattened): from the record, else from the run's
+    config.yaml, else from the summary fields the record has."""
+    if "settings" in record:
+        return record
+    path = sweep_dir / "runs" / record["id"] / "config.yaml" if sweep_dir else None
+    if path is not None and path.exists():
+        from omegaconf import OmegaConf
+
+        from zoo.config import record_fields
+
+        return {**record, **record_fields(OmegaConf.load(path))}
+    known = {"task.name": record.get("task"), "model.mixer": record.get("mixer"),
+             "model.d_model": record.get("d_model"), "train.lr": record.get("lr"), "seed": record.get("seed")}
+    return {**record, "settings": known}
+
+
+def runs_frame(records: list[dict]) -> tuple[pd.DataFrame, list[str]]:
+    """One row per finished run that produced validation metrics; and the varying setting columns."""
+    rows = [r for r in records if r.get("status") in FINAL and r.get("accuracy") is not None]
+    settings = [with_settings(r)["settings"] for r in rows]
+    keys = sorted({k for s in settings for k in s} - NOT_SETTINGS)
+    varying = [k for k in keys if len({repr(s.get(k)) for s in settings}) > 1]
+    frame = pd.DataFrame([{**{c: r.get(c) for c in CELL + ["lr", "seed", "status", "id"] + METRICS},
+                           **{_column(k): "-" if s.get(k) is None else s.get(k) for k in varying}}
+                          for r, s in zip(rows, settings)],
+                         columns=CELL + ["lr", "seed", "status", "id"] + METRICS + [_column(k) for k in varying])
+    return frame, [_column(k) for k in varying]
 
 
 def leaderboard(records: list[dict]) -> pd.DataFrame:
-    """Best run over learning rates for every (task, mixer, N, d_model) cell."""
-    runs = runs_frame(records)
+    """Per cell: the learning rate with the best accuracy averaged over seeds; mean, std and n."""
+    runs, extra = runs_frame(records)
+    keys = CELL + extra
+    columns = keys + ["accuracy", "accuracy_std", "seeds", "seq_accuracy", "lr", "params", "state_size", "epochs",
+                      "wall_seconds", "seconds_per_epoch", "runs", "status"]
     if runs.empty:
-        return pd.DataFrame(columns=COLUMNS)
-    best = runs.loc[runs.groupby(CELL)["accuracy"].idxmax()].copy()
-    best["runs"] = runs.groupby(CELL)["accuracy"].transform("size").loc[best.index]
-    return best[COLUMNS].sort_values(CELL).reset_index(drop=True)
+        return pd.DataFrame(columns=columns)
+    runs["seed"] = runs["seed"].fillna(-1)
+    per_lr = runs.groupby(keys + ["lr"], dropna=False, sort=True).agg(
+        accuracy=("accuracy", "mean"), accuracy_std=("accuracy", "std"), seeds=("accuracy", "size"),
+        seq_accuracy=("seq_accuracy", "mean"), params=("params", "first"), state_size=("state_size", "first"),
+        epochs=("epochs", "mean"), wall_seconds=("wall_seconds", "mean"),
+        seconds_per_epoch=("seconds_per_epoch", "mean"),
+        status=("status", lambda s: ", ".join(f"{n} {v}" for v, n in s.value_counts().sort_index().items())),
+    ).reset_index()
+    cells = per_lr.groupby(keys, dropna=False, sort=True)
+    per_lr["runs"] = cells["seeds"].transform("sum")
+    best = per_lr.loc[cells["accuracy"].idxmax()]
+    return best[columns].reset_index(drop=True)
 
 
 def pivot(board: pd.DataFrame) -> pd.DataFrame:
-    """Mixers x (N, d_model) accuracy, with a mean column; best mixer first."""
-    table = board.pivot_table(index=["task", "mixer"], columns=["seq_len", "d_model"], values="accuracy")
-    table[("mean", "")] = table.mean(axis=1)
-    return table.sort_values(("mean", ""), ascending=False)
+    """Mixers x cells mean accuracy, with a mean column; best mixer first."""
+    extra = [c for c in board.columns[: list(board.columns).index("accuracy")] if c not in ("task", "mixer")]
+    table = board.pivot_table(index=["task", "mixer"], columns=extra, values="accuracy")
+    table[("mean",) + ("",) * (len(extra) - 1)] = table.mean(axis=1)  # extra holds seq_len and d_model at least
+    return table.sort_values(table.columns[-1], ascending=False)
+
+
+def _title(task: str, keys: list[str], values) -> str:
+    parts = [task] + [f"{SHORT.get(k, 'N' if k == 'seq_len' else k)}={v}" for k, v in zip(keys, values)]
+    return ", ".join(parts)
 
 
 def plot_recall_grid(board: pd.DataFrame, path: Path) -> None:
-    """Accuracy vs d_model: a row of panels per task, a panel per N, a line per mixer."""
+    """Draw the recall grid of ``board`` (see ``recall_grid``) into a PNG file."""
+    import matplotlib.pyplot as plt
+
+    fig = recall_grid(board)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def recall_grid(board: pd.DataFrame):
+    """Accuracy vs d_model: a panel per task setting (N, kv, ...), a line per mixer (and per other
+    varying setting, as line styles), error bars over seeds, each mixer in its fixed colour."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import NullFormatter, ScalarFormatter
 
-    tasks = sorted(board["task"].unique())
-    lengths = sorted(board["seq_len"].unique())
-    colour = {m: f"C{i % 10}" for i, m in enumerate(sorted(board["mixer"].unique()))}  # same colour in every panel
-    fig, axes = plt.subplots(len(tasks), len(lengths), figsize=(max(6.0, 4 * len(lengths)), 3.2 * len(tasks) + 0.8),
-                             squeeze=False, sharey=True)
-    for row, task in enumerate(tasks):
-        for col, n in enumerate(lengths):
-            ax = axes[row][col]
-            cell = board[(board["task"] == task) & (board["seq_len"] == n)]
-            for mixer, group in cell.groupby("mixer"):
-                group = group.sort_values("d_model")
-                ax.plot(group["d_model"], group["accuracy"], marker="o", label=mixer, color=colour[mixer])
-            ax.set_xscale("log", base=2)
-            ax.set_title(f"{task}, N={n}")
-            ax.set_xlabel("model dimension")
-            ax.set_ylim(-0.02, 1.02)
-            ax.grid(alpha=0.3)
-        axes[row][0].set_ylabel("accuracy")
-    handles, labels = axes[0][0].get_legend_handles_labels()
+    from zoo.plotstyle import mixer_colour
+
+    extra = [c for c in board.columns[: list(board.columns).index("accuracy")] if c not in CELL]
+    task_keys = ["seq_len"] + [c for c in extra if "." not in c]  # task parameters have no dot
+    line_keys = [c for c in extra if "." in c]
+    panels = list(board.groupby(["task"] + task_keys, sort=True))
+    ncols = min(len(panels), 4)
+    nrows = -(-len(panels) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(4 * ncols + 0.5, 3.2 * nrows + 0.9), squeeze=False, sharey=True)
+    styles = ["-", "--", ":", "-."]
+    line_variants = sorted({tuple(v) for v in board[line_keys].itertuples(index=False)}) if line_keys else [()]
+    for ax, ((task, *values), cell) in zip(axes.flat, panels):
+        for (mixer, *variant), group in cell.groupby(["mixer"] + line_keys, sort=True):
+            group = group.sort_values("d_model")
+            label = mixer + "".join(f", {k}={v}" for k, v in zip(line_keys, variant))
+            ax.errorbar(group["d_model"], group["accuracy"], yerr=group["accuracy_std"].fillna(0.0), marker="o",
+                        capsize=3, label=label, color=mixer_colour(mixer),
+                        linestyle=styles[line_variants.index(tuple(variant)) % len(styles)])
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(sorted(cell["d_model"].unique()))
+        ax.xaxis.set_major_formatter(ScalarFormatter())
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.set_title(_title(task, task_keys, values))
+        ax.set_xlabel("model dimension")
+        ax.set_ylim(-0.02, 1.02)
+        ax.grid(alpha=0.3)
+    for ax in axes.flat[len(panels):]:
+        ax.set_visible(False)
+    for row in axes:
+        row[0].set_ylabel("accuracy (best lr,\nmean ± std over seeds)")
+    handles, labels = [], []
     for ax in axes.flat:  # a mixer missing from the first panel still gets a legend entry
         for h, lab in zip(*ax.get_legend_handles_labels()):
             if lab not in labels:
                 handles.append(h)
                 labels.append(lab)
-    ncol = min(len(labels), 3 * len(lengths))
+    ncol = min(len(labels), 3 * ncols)
     rows = -(-len(labels) // ncol)
     fig.legend(handles, labels, loc="lower center", ncol=ncol, frameon=False)
-    fig.tight_layout(rect=(0, 0.07 * rows / len(tasks), 1, 1))
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    fig.tight_layout(rect=(0, 0.07 * rows / nrows, 1, 1))
+    return fig
+
+
+def load_records(sweep_dir: Path) -> list[dict]:
+    """The finished runs of a sweep folder, each with its full settings."""
+    sweep_dir = Path(sweep_dir)
+    return [with_settings(r, sweep_dir) for r in final_records(sweep_dir).values()]
 
 
 def print_and_save(sweep_dir: Path, csv_path: Path | None = None, png_path: Path | None = None) -> pd.DataFrame:
     """Build the leaderboard of ``sweep_dir``, write CSV and PNG, print the pivot table."""
     sweep_dir = Path(sweep_dir)
-    board = leaderboard(latest_records(sweep_dir))
+    board = leaderboard(load_records(sweep_dir))
     if board.empty:
-        print(f"no results with accuracy yet in {sweep_dir}")
+        print(f"no finished results with accuracy yet in {sweep_dir}")
         return board
     csv_path = Path(csv_path or sweep_dir / "leaderboard.csv")
     png_path = Path(png_path or sweep_dir / "recall_grid.png")
@@ -98,6 +182,7 @@ def print_and_save(sweep_dir: Path, csv_path: Path | None = None, png_path: Path
     plot_recall_grid(board, png_path)
     with pd.option_context("display.width", 200, "display.max_columns", 50, "display.float_format", "{:.3f}".format):
         print(pivot(board))
+    print("accuracy at the best lr, mean over seeds (std and n in the CSV)")
     print(f"leaderboard: {csv_path}\nrecall grid: {png_path}")
     return board
 

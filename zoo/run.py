@@ -15,19 +15,12 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from zoo.config import import_user_modules, make_run_config, max_seq_len, run_id, task_params, to_plain, validate
+from zoo.config import (import_user_modules, make_run_config, max_seq_len, record_fields, run_id, task_params, to_plain,
+                        validate)
 
 
 def pick_device() -> torch.device:
     return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
-
-
-def summary_fields(cfg: DictConfig) -> dict:
-    """The columns a leaderboard groups by: task, mixer, N, d_model and the first segment's parameters."""
-    first = task_params(cfg, cfg.task.train[0])
-    return {"task": cfg.task.name, "mixer": cfg.model.mixer, "d_model": cfg.model.d_model,
-            "n_layers": cfg.model.n_layers, "lr": cfg.train.lr, "seq_len": max_seq_len(cfg),
-            "task_params": first, "seed": cfg.seed}
 
 
 def _member_loggers(cfg: DictConfig, run_dir: Path, rid: str) -> list:
@@ -61,7 +54,7 @@ def train_group(cfgs: list[DictConfig], run_dirs: list[Path], device: torch.devi
 
     cfg = cfgs[0]
     device = device or pick_device()
-    records = [{"id": run_id(c), **summary_fields(c), "status": "running", "error": None, "group_size": len(cfgs),
+    records = [{"id": run_id(c), **record_fields(c), "status": "running", "error": None, "group_size": len(cfgs),
                 "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
                 "started": time.time(), "epochs": 0, "history": []} for c in cfgs]
     lit = None

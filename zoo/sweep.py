@@ -1,115 +1,290 @@
 """Expand a sweep YAML into runs, train the ones not finished yet, and print a leaderboard.
 
-    python -m zoo.sweep sweeps/mqar.yaml [key=value ...] [--dry-run] [--list] [--backend ray]
+    python -m zoo.sweep sweeps/mqar.yaml [key=value ...] [--dry-run | --count] [--list] [--backend ray]
 
 A sweep file::
 
-    name: mqar                   # default: the file's stem
-    out: outputs/mqar            # default: outputs/<name>
-    base: {task: ..., model: ..., train: ..., seed: 0}   # a run config (see zoo.config)
+    name: mqar                   # default: the file's stem; letters, digits, _ . - (no paths)
+    out: outputs/mqar            # default: outputs/<name>; every file of the sweep stays under it
+    base: {task: ..., model: ..., train: ..., seed: 0}   # a run config (see zoo.config); required
     grid:                        # the sweep is the cartesian product of the axes, in order
-      model.mixer: [softmax, swa]            # a dotted key with a list of values
+      model.mixer: [softmax, swa]            # a run-config key with a list of values (seed too)
       shape:                                 # a tied axis: each value sets several keys together
         - {task.params.input_seq_len: 128, task.params.num_kv_pairs: 8, train.batch_size: 256}
         - {task.params.input_seq_len: 256, task.params.num_kv_pairs: 16, train.batch_size: 256}
+    seeds: 3                     # shorthand for a first axis seed: [0, 1, 2]
     mixer_kwargs:                # per-mixer constructor kwargs, applied when that mixer runs
       swa: {num_heads: 2}
     runs_per_gpu: null           # runs sharing one GPU; null picks from the GPU's memory
 
-Overrides are omegaconf dotlists on ``base``; an override of a grid axis key pins that axis.
+Overrides (``key=value``): a grid axis key pins that axis; ``mixer_kwargs.<mixer>.<key>`` sets one
+mixer's kwarg; any other run-config key is set in ``base`` and wins over a tied axis that sets it
+too. Two axes may not set the same key. The runs are expanded lazily, so ``--dry-run`` and
+``--count`` of a huge grid start at once and use flat memory.
+
+Exit codes: 0 all runs finished, 1 some run failed, 2 a configuration error (nothing ran),
+3 the output folder is busy or could not be written, 130 interrupted.
 """
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
+import math
+import os
 import sys
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Annotated, Any, Iterator, Optional
 
-from omegaconf import DictConfig, ListConfig, OmegaConf
+import yaml
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+from pydantic import BaseModel, Field, ValidationError
 
-from zoo.config import make_run_config, run_id, validate
+from zoo.config import PositiveInt, RunConfig, Schema, check_mixer_kwargs, check_run, import_user_modules, plain, \
+    resolve, run_id, schema_error
 from zoo.errors import ConfigError
+from zoo.registry import get_mixer
 
-SWEEP_KEYS = ("name", "out", "base", "grid", "mixer_kwargs", "runs_per_gpu")
+
+class SweepSpec(Schema):
+    """The keys of a sweep file, with their types."""
+
+    name: Optional[Annotated[str, Field(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")]] = None
+    out: Optional[str] = None
+    base: dict[str, Any] = Field(description="a run config: task, model, train, seed, imports")
+    grid: dict[str, Annotated[list[Any], Field(min_length=1)]] = {}
+    seeds: Optional[PositiveInt] = None
+    mixer_kwargs: dict[str, dict[str, Any]] = {}
+    runs_per_gpu: Optional[PositiveInt] = None
 
 
 @dataclass
 class Run:
     id: str
-    cfg: DictConfig
+    config: dict  # the resolved run config, plain
     label: str  # the grid values that make this run, for humans
+
+    @functools.cached_property
+    def cfg(self) -> DictConfig:
+        return OmegaConf.create(self.config)
+
+
+@dataclass
+class Axis:
+    name: str
+    settings: list[dict]  # per value: {dotted key: value}, resolved, all distinct
+    labels: list[str]
 
 
 @dataclass
 class Sweep:
     name: str
     out: Path
-    runs: list[Run]
     runs_per_gpu: int | None
+    base: dict = field(repr=False)  # resolved run config every run starts from
+    axes: list[Axis] = field(repr=False)
+    mixer_kwargs: dict = field(repr=False)
+
+    @property
+    def count(self) -> int:
+        """The number of runs, without expanding them (axis values are distinct, so runs are too)."""
+        return math.prod(len(a.settings) for a in self.axes)
+
+    def iter_runs(self) -> Iterator[Run]:
+        """Expand and check one run at a time (ConfigError names the run)."""
+        for combo in itertools.product(*[range(len(a.settings)) for a in self.axes]):
+            config, fresh = dict(self.base), set()  # copy on write: only the dicts on a set key's path
+            for axis, i in zip(self.axes, combo):
+                for key, value in axis.settings[i].items():
+                    _set(config, key, _copy(value), fresh)
+            model = config["model"]
+            _set(config, "model.mixer_kwargs", {**self.mixer_kwargs.get(model["mixer"], {}), **model["mixer_kwargs"]},
+                 fresh)
+            label = ", ".join(a.labels[i] for a, i in zip(self.axes, combo)) or "base"
+            try:
+                check_run(config)
+            except ConfigError as err:
+                raise ConfigError(err.key, err.value, f"{err.allowed} (in run {label})") from None
+            yield Run(run_id(config), config, label)
+
+    @functools.cached_property
+    def runs(self) -> list[Run]:
+        return list(self.iter_runs())
 
 
-def _axis_settings(name: str, value) -> dict:
-    """The {dotted key: value} settings that one value of a grid axis stands for."""
-    if isinstance(value, (dict, DictConfig)):
-        return dict(value)
-    if "." not in name:
-        raise ConfigError(f"grid.{name}", value, "a dotted key such as model.d_model, or a list of "
-                                                  "{dotted key: value} dicts for a tied axis")
-    return {name: value}
+def _copy(tree):
+    if isinstance(tree, dict):
+        return {k: _copy(v) for k, v in tree.items()}
+    if isinstance(tree, list):
+        return [_copy(v) for v in tree]
+    return tree
 
 
-def load_sweep(path: str | Path, overrides: list[str] = (), out: str | None = None) -> Sweep:
-    """Read, expand and validate a sweep file; raises ConfigError before anything runs."""
-    path = Path(path)
-    if not path.exists():
+def _set(tree: dict, key: str, value, fresh: set | None = None) -> None:
+    """Set dotted ``key`` in ``tree``. With ``fresh`` (the paths already copied), the dicts on the
+    path are copied before their first change, so a tree that shares its other dicts stays intact."""
+    *parents, last = key.split(".")
+    path = ""
+    for name in parents:
+        path += "." + name
+        child = tree.get(name)
+        if not isinstance(child, dict):
+            tree[name] = {}
+        elif fresh is not None and path not in fresh:
+            tree[name] = dict(child)
+        if fresh is not None:
+            fresh.add(path)
+        tree = tree[name]
+    tree[last] = value
+
+
+def _get(tree: dict, key: str):
+    for name in key.split("."):
+        tree = tree[name]
+    return tree
+
+
+def is_config_key(key: str) -> bool:
+    """Whether ``key`` names a run-config key: ``model.d_model``, ``seed``, ``task.params.anything``."""
+    schema: Any = RunConfig
+    for name in key.split("."):
+        if not (isinstance(schema, type) and issubclass(schema, BaseModel)):
+            return schema is dict  # below a free-form dict (task.params, model.mixer_kwargs)
+        field_info = schema.model_fields.get(name)
+        if field_info is None:
+            return False
+        schema = field_info.annotation
+        schema = dict if getattr(schema, "__origin__", None) is dict else schema
+    return True
+
+
+def read_spec(path: Path) -> dict:
+    """The sweep file as a plain dict; every way it can be unreadable is a ConfigError."""
+    if not path.is_file():
         raise ConfigError("sweep", str(path), "an existing YAML file")
-    spec = OmegaConf.load(path)
-    for key in spec:
-        if key not in SWEEP_KEYS:
-            raise ConfigError(f"sweep.{key}", spec[key], list(SWEEP_KEYS))
-    name = spec.get("name") or path.stem
-    grid = dict(spec.get("grid") or {})
-    base = OmegaConf.create(spec.get("base") or {})
-    for item in overrides:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise ConfigError("override", item, "key=value")
-        if key in grid:  # pin a grid axis to the given value
-            grid[key] = [OmegaConf.select(OmegaConf.from_dotlist([item]), key)]
-        else:
-            base = OmegaConf.merge(base, OmegaConf.from_dotlist([item]))
-    for axis, values in grid.items():
-        if not isinstance(values, (list, ListConfig)) or not values:
-            raise ConfigError(f"grid.{axis}", values, "a non-empty list of values")
-    per_mixer = spec.get("mixer_kwargs") or {}
+    try:
+        spec = OmegaConf.load(path)
+    except (OSError, UnicodeError, yaml.YAMLError, OmegaConfBaseException, ValueError) as err:
+        raise ConfigError("sweep", str(path), f"a readable YAML file ({str(err).splitlines()[0]})") from None
+    if not isinstance(spec, DictConfig):
+        raise ConfigError("sweep", type(plain(spec)).__name__, f"a mapping with keys {', '.join(SweepSpec.model_fields)}")
+    return plain(spec)
 
-    runs, seen = [], set()
-    for combo in itertools.product(*[[(axis, v) for v in values] for axis, values in grid.items()]):
-        raw = base.copy()
-        labels = []
-        for axis, value in combo:
-            for key, v in _axis_settings(axis, value).items():
-                OmegaConf.update(raw, key, v, merge=False)
-            labels.append(f"{axis}={OmegaConf.to_container(value) if OmegaConf.is_config(value) else value}")
-        mixer = OmegaConf.select(raw, "model.mixer", default="softmax")
-        if mixer in per_mixer:
-            kwargs = OmegaConf.merge(per_mixer[mixer], OmegaConf.select(raw, "model.mixer_kwargs", default={}))
-            OmegaConf.update(raw, "model.mixer_kwargs", kwargs, merge=False)
-        label = ", ".join(labels) or "base"
+
+def _parse_override(item: str):
+    key, sep, _ = item.partition("=")
+    if not sep or not key:
+        raise ConfigError("override", item, "key=value")
+    try:
+        return key, plain(OmegaConf.select(OmegaConf.from_dotlist([item]), key))
+    except OmegaConfBaseException as err:
+        raise ConfigError("override", item, f"key=value ({str(err).splitlines()[0]})") from None
+
+
+def _apply_overrides(spec: dict, overrides) -> set[str]:
+    """Apply CLI overrides to ``spec`` in place; return the base keys they set (tied axes drop them)."""
+    pinned = set()
+    for item in overrides:
+        key, value = _parse_override(item)
+        if key.startswith("mixer_kwargs."):
+            parts = key.split(".", 2)
+            if len(parts) < 3:
+                raise ConfigError("override", item, "mixer_kwargs.<mixer>.<key>=value")
+            spec["mixer_kwargs"].setdefault(parts[1], {})[parts[2]] = value
+        elif key in spec["grid"]:  # pin a grid axis to one value
+            spec["grid"][key] = [value]
+        elif not is_config_key(key):
+            raise ConfigError(key, value, "a run-config key (see zoo/config.py), a grid axis, or "
+                                          "mixer_kwargs.<mixer>.<key>")
+        else:
+            _set(spec["base"], key, value)
+            pinned.add(key)
+    return pinned
+
+
+def _axis(name: str, values: list, base: dict, pinned: set[str]) -> Axis:
+    """One grid axis, each value resolved against ``base`` (types and ranges), duplicates dropped."""
+    settings, labels, seen = [], [], set()
+    for value in values:
+        if is_config_key(name):
+            setting = {name: value}
+        elif isinstance(value, dict) and value:
+            setting = {k: v for k, v in value.items()
+                       if not any(k == p or k.startswith(p + ".") for p in pinned)}  # an override wins
+            for key in setting:
+                if not is_config_key(key):
+                    raise ConfigError(f"grid.{name}.{key}", setting[key], "a run-config key such as train.batch_size")
+        else:
+            raise ConfigError(f"grid.{name}", value, "a run-config key such as model.d_model or seed, or a list "
+                                                     "of {key: value} dicts for a tied axis")
+        probe = _copy(base)
+        for key, v in setting.items():
+            _set(probe, key, _copy(v))
         try:
-            cfg = make_run_config(raw)
-            validate(cfg)
+            resolved = resolve(probe)
         except ConfigError as err:
-            raise ConfigError(err.key, err.value, f"{err.allowed} (in run {label})") from None
-        rid = run_id(cfg)
-        if rid not in seen:
-            seen.add(rid)
-            runs.append(Run(rid, cfg, label))
-    rpg = spec.get("runs_per_gpu")
-    if rpg is not None and (not isinstance(rpg, int) or rpg < 1):
-        raise ConfigError("sweep.runs_per_gpu", rpg, "an integer >= 1 or null")
-    return Sweep(name, Path(out or spec.get("out") or f"outputs/{name}"), runs, rpg)
+            raise ConfigError(err.key, err.value, f"{err.allowed} (in grid.{name})") from None
+        setting = {key: _get(resolved, key) for key in setting}
+        canon = repr(sorted(setting.items()))
+        if canon in seen:
+            continue
+        seen.add(canon)
+        settings.append(setting)
+        shown = next(iter(setting.values())) if is_config_key(name) else setting
+        labels.append(f"{name}={shown}")
+    return Axis(name, settings, labels)
+
+
+def _check_disjoint(axes: list[Axis]) -> None:
+    owner: dict[str, str] = {}
+    for axis in axes:
+        for key in {k for s in axis.settings for k in s}:
+            for other_key, other in owner.items():
+                if other != axis.name and (key == other_key or key.startswith(other_key + ".")
+                                           or other_key.startswith(key + ".")):
+                    raise ConfigError(f"grid.{axis.name}", key, f"a key no other axis sets (grid.{other} sets it)")
+            owner[key] = axis.name
+
+
+def load_sweep(path: str | Path, overrides: list[str] = (), out: str | None = None, lazy: bool = False) -> Sweep:
+    """Read and check a sweep file; raises ConfigError before anything runs.
+
+    Unless ``lazy``, every run is expanded and checked here; with ``lazy``, the file, the base and
+    each axis value are checked here, and each run when ``iter_runs`` reaches it."""
+    path = Path(path)
+    raw = read_spec(path)
+    try:
+        spec = SweepSpec.model_validate(raw).model_dump()
+    except ValidationError as err:
+        loc = err.errors()[0]["loc"]
+        raise schema_error(err, SweepSpec, "sweep." if len(loc) == 1 else "") from None
+    name = spec["name"] or path.stem
+    if spec["seeds"] is not None:
+        if "seed" in spec["grid"]:
+            raise ConfigError("sweep.seeds", spec["seeds"], "null when the grid has a seed axis")
+        spec["grid"] = {"seed": list(range(spec["seeds"])), **spec["grid"]}
+    pinned = _apply_overrides(spec, overrides)
+    try:
+        base = resolve(spec["base"])
+        import_user_modules(base)  # user mixers must be registered before mixer_kwargs are checked
+    except ConfigError as err:
+        raise ConfigError(err.key, err.value, f"{err.allowed} (in base)") from None
+    for mixer, kwargs in spec["mixer_kwargs"].items():
+        try:
+            get_mixer(mixer)
+        except ConfigError as err:
+            raise ConfigError(f"mixer_kwargs.{mixer}", kwargs, f"kwargs of a registered mixer, {err.allowed}") from None
+        check_mixer_kwargs(mixer, kwargs, f"mixer_kwargs.{mixer}")
+    axes = [_axis(axis, values, base, pinned) for axis, values in spec["grid"].items()]
+    _check_disjoint(axes)
+    sweep = Sweep(name, Path(out or spec["out"] or f"outputs/{name}"), spec["runs_per_gpu"], base, axes,
+                  spec["mixer_kwargs"])
+    if not lazy:
+        sweep.runs  # noqa: B018 -- expands and checks every run now
+    return sweep
 
 
 def list_registered() -> str:
@@ -119,12 +294,28 @@ def list_registered() -> str:
     return f"mixers: {', '.join(list_mixers())}\ntasks:  {', '.join(list_tasks())}"
 
 
+def dry_run(sweep: Sweep) -> None:
+    """Print every run with what the sweep would do with it (the answer ``final_records`` gives)."""
+    from zoo.results import FINAL, run_states
+
+    states = run_states(sweep.out)
+    print(f"{sweep.count} runs -> {sweep.out}", flush=True)
+    tally: Counter = Counter()
+    for run in sweep.iter_runs():
+        state = states.get(run.id)
+        action = "done" if state in FINAL else "retry" if state else "todo"
+        tally[action] += 1
+        print(f"{run.id}  {action:5}  {state or '-':9}  {run.label}")
+    print(f"{sweep.count} runs ({', '.join(f'{n} {a}' for a, n in sorted(tally.items()))}) -> {sweep.out}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m zoo.sweep", description="Run a sweep of training runs.")
     parser.add_argument("sweep", nargs="?", help="sweep YAML, e.g. sweeps/mqar.yaml")
     parser.add_argument("overrides", nargs="*", help="omegaconf dotlist on the base config, e.g. train.max_epochs=4")
     parser.add_argument("--out", help="output folder (default: the sweep's `out`, else outputs/<name>)")
-    parser.add_argument("--dry-run", action="store_true", help="list the runs and exit")
+    parser.add_argument("--dry-run", action="store_true", help="list the runs (done, retry or todo) and exit")
+    parser.add_argument("--count", action="store_true", help="print the number of runs and exit")
     parser.add_argument("--list", action="store_true", help="list registered mixers and tasks and exit")
     parser.add_argument("--backend", choices=("local", "ray"), default="local")
     parser.add_argument("--address", help="Ray cluster address (default: start a local Ray instance)")
@@ -136,20 +327,28 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if not args.sweep:
         parser.error("a sweep file is required (or --list)")
+    from zoo.results import SweepLocked, check_writable
+
     try:
-        sweep = load_sweep(args.sweep, args.overrides, args.out)
+        for flag, value in (("--runs-per-gpu", args.runs_per_gpu), ("--cpu-workers", args.cpu_workers)):
+            if value is not None and value < 1:
+                raise ConfigError(flag, value, "an integer >= 1")
+        sweep = load_sweep(args.sweep, args.overrides, args.out, lazy=args.dry_run or args.count)
+        if args.count:
+            print(sweep.count)
+            return 0
+        if args.dry_run:
+            try:
+                dry_run(sweep)
+            except BrokenPipeError:  # `--dry-run | head`: the reader has seen enough
+                sys.stdout = open(os.devnull, "w")
+            return 0
+        check_writable(sweep.out)
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    if args.dry_run:
-        for run in sweep.runs:
-            status = "done" if (sweep.out / "runs" / run.id / "result.json").exists() else "todo"
-            print(f"{run.id}  {status}  {run.label}")
-        print(f"{len(sweep.runs)} runs -> {sweep.out}")
-        return 0
 
     from zoo.leaderboard import print_and_save
-    from zoo.results import SweepLocked
     from zoo.scheduler import run_sweep
 
     try:
@@ -157,6 +356,10 @@ def main(argv: list[str] | None = None) -> int:
                             runs_per_gpu=args.runs_per_gpu or sweep.runs_per_gpu, cpu_workers=args.cpu_workers)
     except SweepLocked as err:
         print(f"error: {err}", file=sys.stderr)
+        return 3
+    except OSError as err:
+        print(f"error: cannot write to {sweep.out}: {err}; finished results are kept, rerun to continue",
+              file=sys.stderr)
         return 3
     except KeyboardInterrupt:
         print("\ninterrupted: finished runs are kept; rerun the same command to continue", file=sys.stderr)

@@ -1,4 +1,8 @@
-"""Mixers that misbehave on purpose, for the sweep's failure-isolation tests (loaded via `imports`)."""
+"""Mixers that misbehave on purpose, for the sweep's failure-isolation tests (loaded via `imports`).
+
+Validation runs each mixer once on the meta device (zoo.config checks its output shape) in the sweep
+process itself, so a mixer that kills or hangs its process does so only on real data, as a crashing
+kernel would."""
 import torch
 from torch import nn
 
@@ -34,4 +38,18 @@ class KillsItsProcess(_Linear):
     def forward(self, x):
         import os
 
-        os._exit(17)  # a worker that dies without writing a result (segfault, OOM killer)
+        if not x.is_meta:
+            os._exit(17)
+        return x  # a worker that dies without writing a result (segfault, OOM killer)
+
+
+@register_mixer("test_last_dim_1")
+class LastDimOne(_Linear):
+    def forward(self, x):  # (B, L, D) -> (B, L, 1): would broadcast in the residual add
+        return self.proj(x)[..., :1]
+
+
+@register_mixer("test_length_1")
+class LengthOne(_Linear):
+    def forward(self, x):  # (B, L, D) -> (B, 1, D): would broadcast in the residual add
+        return self.proj(x)[:, -1:]

@@ -93,3 +93,62 @@ def test_dry_run_and_list(write_sweep, capsys):
     assert sweep_main(["--list"]) == 0
     out = capsys.readouterr().out
     assert "gatedfwa" in out and "mqar" in out and "s5" in out
+
+
+@pytest.mark.parametrize("train, key, fragment", [
+    ({"grad_clip": -1.0}, "train.grad_clip", "greater than 0"),
+    ({"grad_clip": 0.0}, "train.grad_clip", "greater than 0"),
+    ({"weight_decay": -1.0}, "train.weight_decay", "greater than or equal to 0"),
+    ({"min_lr_ratio": 2.0}, "train.min_lr_ratio", "less than or equal to 1"),
+    ({"betas": [0.9]}, "train.betas", "at least 2"),
+    ({"betas": [0.9, 1.0]}, "train.betas", "less than 1"),
+    ({"eval_batch_size": -1}, "train.eval_batch_size", "greater than or equal to 1"),
+    ({"batch_size": "64"}, "train.batch_size", "integer"),
+    ({"compile": 1}, "train.compile", "boolean"),
+    ({"timeout": 0}, "train.timeout", "greater than 0"),
+    ({"checkpoint": "yes"}, "train.checkpoint", "boolean"),
+    ({"warmup_epochs": 5.0, "max_epochs": 2}, "train.warmup_epochs", "max_epochs"),
+    ({"lr": float("nan")}, "train.lr", "finite"),
+])
+def test_every_train_key_has_a_type_and_a_range(train, key, fragment):
+    check({"train": train}, key, fragment)
+
+
+@pytest.mark.parametrize("raw, key", [
+    ({"seed": -1}, "seed"),
+    ({"seed": 2**40}, "seed"),
+    ({"task": {"train": [{"num_examples": "512"}]}}, "task.train[0].num_examples"),
+    ({"model": {"state_mixer": "gru"}}, "model.state_mixer"),
+    ({"model": {"mixer": "softmax", "mixer_kwargs": {"num_heads": "1"}}}, "model.mixer_kwargs.num_heads"),
+])
+def test_types_are_strict(raw, key):
+    check(raw, key)
+
+
+def test_timeout_and_checkpoint_keys():
+    cfg = make_run_config({"train": {"timeout": 30}})
+    assert cfg.train.timeout == 30.0 and cfg.train.checkpoint is True
+    assert make_run_config({}).train.timeout is None
+
+
+def test_logger_without_its_package_is_refused(monkeypatch):
+    import zoo.config
+
+    monkeypatch.setitem(zoo.config.LOGGER_PACKAGES, "tensorboard", ("no_such_package_xyz",))
+    check({"train": {"loggers": ["csv", "tensorboard"]}}, "train.loggers", "pip install no_such_package_xyz")
+
+
+@pytest.mark.parametrize("mixer", ["test_last_dim_1", "test_length_1"])
+def test_mixer_output_shape_is_checked(faulty_mixers, mixer):
+    check({"imports": [faulty_mixers], "model": {"mixer": mixer, "d_model": 16}}, "model.mixer", mixer, "same shape")
+
+
+def test_record_fields_use_the_training_length():
+    from zoo.config import record_fields
+
+    cfg = make_run_config({"task": {"name": "s5", "params": {"input_seq_len": 16},
+                                    "train": [{"num_examples": 8}],
+                                    "test": [{"num_examples": 8}, {"num_examples": 8, "input_seq_len": 64}]}})
+    fields = record_fields(cfg)
+    assert fields["seq_len"] == 16
+    assert fields["settings"]["task.params.input_seq_len"] == 16 and fields["settings"]["train.lr"] == 1e-3

@@ -2,6 +2,7 @@
 import json
 
 import pandas as pd
+import pytest
 
 from zoo.leaderboard import leaderboard, main as leaderboard_main, pivot
 
@@ -45,3 +46,51 @@ def test_cli_writes_csv_and_png(tmp_path, capsys):
     assert png.stat().st_size > 10_000 and png.read_bytes()[:4] == b"\x89PNG"
     assert "softmax" in capsys.readouterr().out
     assert leaderboard_main([str(tmp_path / "missing")]) == 2
+
+
+def run(id, mixer="softmax", lr=1e-3, seed=0, acc=0.5, kv=4, n=64, wd=0.1, task="mqar", status="completed", d=32):
+    settings = {"task.name": task, "model.mixer": mixer, "model.d_model": d, "train.lr": lr, "seed": seed,
+                "task.params.num_kv_pairs": kv, "task.params.input_seq_len": n, "train.weight_decay": wd,
+                "train.progress_bar": False}
+    return {"id": id, "task": task, "mixer": mixer, "seq_len": n, "d_model": d, "lr": lr, "seed": seed,
+            "accuracy": acc, "seq_accuracy": acc, "status": status, "settings": settings}
+
+
+def test_cells_keep_apart_every_varied_setting_but_lr_and_seed():
+    board = leaderboard([run("a", kv=1, acc=0.9), run("b", kv=4, acc=0.3),
+                         run("c", kv=4, wd=0.0, acc=0.6), run("d", kv=4, wd=0.0, acc=0.7, lr=1e-2)])
+    assert {"num_kv_pairs", "train.weight_decay"} <= set(board.columns)
+    assert "train.progress_bar" not in board.columns and "input_seq_len" not in board.columns
+    cells = {(r.num_kv_pairs, r["train.weight_decay"]): (r.accuracy, r.lr) for _, r in board.iterrows()}
+    assert cells == {(1, 0.1): (0.9, 1e-3), (4, 0.1): (0.3, 1e-3), (4, 0.0): (0.7, 1e-2)}
+
+
+def test_seeds_are_averaged_and_lr_picked_on_the_mean():
+    board = leaderboard([run("a", lr=1e-3, seed=0, acc=1.0), run("b", lr=1e-3, seed=1, acc=0.2),
+                         run("c", lr=1e-2, seed=0, acc=0.7), run("d", lr=1e-2, seed=1, acc=0.7),
+                         run("e", lr=1e-2, seed=2, acc=0.7, status="failed")])
+    (cell,) = board.itertuples()
+    assert cell.lr == 1e-2 and cell.accuracy == pytest.approx(0.7) and cell.seeds == 2 and cell.runs == 4
+    assert cell.accuracy_std == pytest.approx(0.0)
+
+
+def test_s5_cells_are_kept_apart_by_training_length():
+    board = leaderboard([run(str(n), task="s5", n=n, acc=n / 100) for n in (16, 32, 64)])
+    assert sorted(board.seq_len) == [16, 32, 64]
+
+
+def test_recall_grid_is_readable():
+    from zoo.leaderboard import recall_grid
+    from zoo.plotstyle import mixer_colour
+
+    records = [run(f"{m}{d}{s}{kv}", mixer=m, seed=s, kv=kv, d=d, acc=0.5 + s / 10) for m in ("swa", "softmax")
+               for d in (16, 32) for s in (0, 1) for kv in (2, 4)]
+    fig = recall_grid(leaderboard(records))
+    axes = [ax for ax in fig.axes if ax.get_visible()]
+    assert sorted(ax.get_title() for ax in axes) == ["mqar, N=64, kv=2", "mqar, N=64, kv=4"]
+    ax = axes[0]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["16", "32"]
+    assert "seeds" in ax.get_ylabel()
+    colours = {bars.get_label(): bars.lines[0].get_color() for bars in ax.containers}
+    assert colours == {"softmax": mixer_colour("softmax"), "swa": mixer_colour("swa")}
+    assert all(len(bars.lines[2]) == 1 for bars in ax.containers)  # error bars over seeds
