@@ -9,3 +9,12 @@ import torch
 
 if not torch.cuda.is_available():
     os.environ["TRITON_INTERPRET"] = "1"
+
+
+def pytest_runtest_logreport(report):
+    """With ZOO_FAILURE_LOG=<file>, each failure's traceback is appended there as it happens (GPU runs that
+    may be stopped at a time limit before pytest prints its summary)."""
+    path = os.environ.get("ZOO_FAILURE_LOG")
+    if path and report.failed:
+        with open(path, "a") as f:
+            f.write(f"=== {report.nodeid} ({report.when})\n{report.longreprtext[-3000:]}\n")
