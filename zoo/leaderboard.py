@@ -130,7 +130,8 @@ def recall_grid(board: pd.DataFrame):
     nrows = -(-len(panels) // ncols)
     fig, axes = plt.subplots(nrows, ncols, figsize=(4 * ncols + 0.5, 3.2 * nrows + 0.9), squeeze=False, sharey=True)
     styles = ["-", "--", ":", "-."]
-    line_variants = sorted({tuple(v) for v in board[line_keys].itertuples(index=False)}) if line_keys else [()]
+    line_variants = sorted({tuple(v) for v in board[line_keys].itertuples(index=False)},
+                           key=lambda v: tuple(map(str, v))) if line_keys else [()]  # values of mixed types
     for ax, ((task, *values), cell) in zip(axes.flat, panels):
         for (mixer, *variant), group in cell.groupby(["mixer"] + line_keys, sort=True):
             group = group.sort_values("d_model")

@@ -91,17 +91,22 @@ def test_fla_chunk_ops_match_recurrence_on_gpu(T, beta_max):
     from fla.ops.delta_rule import chunk_delta_rule
     from fla.ops.gated_delta_rule import chunk_gated_delta_rule
 
+    from zoo.mixers.fastpath import fla_gated_chunks_unreliable
+
     torch.manual_seed(0)
-    q, k, v, beta, g = (t.float().requires_grad_() for t in inputs(2, T, 4, 32, 64, beta_max, device="cuda"))
-    gy = torch.randn_like(v)
-    cases = [
-        (lambda: chunk_delta_rule(q, k, v, beta, use_qk_l2norm_in_kernel=True)[0],
-         lambda: delta_rule_recurrent(q, k, v, beta, l2norm_qk=True), (q, k, v, beta)),
-        (lambda: chunk_gated_delta_rule(q, k, v, g, beta, use_qk_l2norm_in_kernel=True)[0],
-         lambda: delta_rule_recurrent(q, k, v, beta, g, l2norm_qk=True), (q, k, v, beta, g)),
-    ]
-    for fast, ref, wrt in cases:
+    # fla's chunk delta rule takes 16-bit inputs only; the recurrence sees the same rounded values in float32
+    low = [t.bfloat16() for t in inputs(2, T, 4, 32, 64, beta_max, device="cuda")]
+    q, k, v, beta, g = (t.requires_grad_() for t in low)
+    q32, k32, v32, beta32, g32 = (t.detach().float().requires_grad_() for t in low)
+    gy = torch.randn_like(v32)
+    cases = [(lambda: chunk_delta_rule(q, k, v, beta, use_qk_l2norm_in_kernel=True)[0], (q, k, v, beta),
+              lambda: delta_rule_recurrent(q32, k32, v32, beta32, l2norm_qk=True), (q32, k32, v32, beta32))]
+    if not fla_gated_chunks_unreliable(0):  # else zoo does not use it (see zoo.mixers.fastpath)
+        cases.append((lambda: chunk_gated_delta_rule(q, k, v, g, beta, use_qk_l2norm_in_kernel=True)[0],
+                      (q, k, v, beta, g), lambda: delta_rule_recurrent(q32, k32, v32, beta32, g32, l2norm_qk=True),
+                      (q32, k32, v32, beta32, g32)))
+    for fast, wrt, ref, wrt32 in cases:
         got, want = fast(), ref()
-        assert relative_error(got, want) < 5e-3  # fla's chunks multiply in tf32
-        for a, b in zip(torch.autograd.grad(got, wrt, gy), torch.autograd.grad(want, wrt, gy)):
-            assert relative_error(a, b) < 1e-2
+        assert relative_error(got.float(), want) < 3e-2  # bf16 inputs and outputs
+        for a, b in zip(torch.autograd.grad(got, wrt, gy.bfloat16()), torch.autograd.grad(want, wrt32, gy)):
+            assert relative_error(a.float(), b) < 5e-2
