@@ -29,7 +29,12 @@ from zoo.results import FINAL, SweepLock, append_jsonl, read_result, reconcile, 
 GIB = 1 << 30
 MEMORY_PER_RUN = 10 * GIB  # the default share of GPU memory one run is given
 MAX_RUNS_PER_GPU = 8
-WORKERS_PER_GPU = 4  # see default_workers_per_gpu
+# Measured on an H100 at the figure-2 cell: with CUDA graphs one run keeps the GPU about 90% busy within an
+# epoch (zoo.bench.profile) and a group of 4 steps in 10.7 ms (about 4.2 s per epoch, zoo.bench.step), while 4
+# eager workers sharing the GPU, each on a group of 4, took 20.7 s per group epoch: more processes stop paying
+# once the GPU is busy. A second worker fills the gaps between epochs (validation, data, graph capture);
+# 2 against 1 or 4 with graphs on is not measured yet.
+WORKERS_PER_GPU = 2
 
 
 @dataclass
@@ -175,7 +180,7 @@ class Worker:
 
 def default_workers_per_gpu() -> int:
     """Worker processes per GPU when the sweep does not say: one per MEMORY_PER_RUN of its memory, at most
-    WORKERS_PER_GPU (the measured point beyond which more processes stop adding throughput)."""
+    WORKERS_PER_GPU (see there)."""
     return min(WORKERS_PER_GPU, default_runs_per_gpu())
 
 
