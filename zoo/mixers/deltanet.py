@@ -91,14 +91,10 @@ class DeltaRuleLayer(nn.Module):
         o = self.o_norm(o, gate)
         return self.o_proj(o.reshape(B, L, self.value_dim))
 
-    def state_numel(self) -> int:
+    def state_size(self, seq_len: int) -> int:
         """Values of recurrent state per sequence: H states of (K, V) plus the q, k, v conv windows."""
         convs = self.q_conv.state_numel() + self.k_conv.state_numel() + self.v_conv.state_numel()
         return self.key_dim * self.value_dim // self.num_heads + convs
-
-    def state_size(self, seq_len: int) -> int:
-        """Values of recurrent state per sequence (the registry's unit): ``state_numel()``."""
-        return self.state_numel()
 
 
 @register_mixer("deltanet")

@@ -71,10 +71,6 @@ class HGRN2(nn.Module):
             o = gla_recurrent(q, k, i, g)
         return self.o_proj(self.g_norm(o.reshape(B, L, D)))
 
-    def state_numel(self) -> int:
+    def state_size(self, seq_len: int) -> int:
         """Values of recurrent state per sequence: H states of (F, D / H), i.e. D * F."""
         return self.d_model * self.expand_ratio
-
-    def state_size(self, seq_len: int) -> int:
-        """Values of recurrent state per sequence (the registry's unit): ``state_numel()``."""
-        return self.state_numel()

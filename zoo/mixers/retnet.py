@@ -79,10 +79,6 @@ class MultiScaleRetention(nn.Module):
         o = self.o_norm(o, self.g_proj(x).view(B, L, H, -1))
         return self.o_proj(o.reshape(B, L, self.value_dim))
 
-    def state_numel(self) -> int:
+    def state_size(self, seq_len: int) -> int:
         """Values of recurrent state per sequence: H states of (K, V)."""
         return self.key_dim * self.value_dim // self.num_heads
-
-    def state_size(self, seq_len: int) -> int:
-        """Values of recurrent state per sequence (the registry's unit): ``state_numel()``."""
-        return self.state_numel()
