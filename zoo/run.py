@@ -10,6 +10,7 @@ import logging
 import sys
 import time
 import traceback
+import warnings
 from pathlib import Path
 
 import torch
@@ -40,10 +41,20 @@ def train(cfg: DictConfig, run_dir: Path, device: torch.device | None = None, qu
     return train_group([cfg], [run_dir], device, quiet)[0]
 
 
+def _quiet_lightning() -> None:
+    """Lightning's start-up banners (accelerator, litlogger tip) and warnings that say nothing about a run."""
+    for name in ("lightning", "lightning.pytorch", "lightning.fabric", "lightning.pytorch.utilities.rank_zero",
+                 "lightning.fabric.utilities.rank_zero"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    warnings.filterwarnings("ignore", message=r"Experiment logs directory .* exists and is not empty")  # config.yaml
+    warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)")
+
+
 def train_group(cfgs: list[DictConfig], run_dirs: list[Path], device: torch.device | None = None,
                 quiet: bool = False) -> list[dict]:
     """Train runs that differ only in ``train.lr`` side by side on one data stream (see ``zoo.step``);
     return one result record per run, each as if the run had been trained alone."""
+    _quiet_lightning()
     import lightning as L
     from lightning.pytorch.callbacks import TQDMProgressBar
 
@@ -163,8 +174,9 @@ def main(argv: list[str] | None = None) -> int:
     from zoo.results import FINAL, read_result, write_json_atomic
 
     parser = argparse.ArgumentParser(prog="python -m zoo.run", description=__doc__.splitlines()[0])
-    parser.add_argument("args", nargs="*", metavar="[config.yaml] key=value",
-                        help="a run config YAML (defaults if omitted), then omegaconf dotlist overrides")
+    parser.add_argument("args", nargs="+", metavar="config.yaml|key=value",
+                        help="a run config YAML and/or omegaconf dotlist overrides of the defaults (at least one: "
+                             "the bare defaults are a 64-epoch run of 100k examples)")
     parser.add_argument("--out", default="outputs/runs", help="folder for the run's logs and result.json")
     parser.add_argument("--force", action="store_true", help="train again even if this config already finished")
     args = parser.parse_intermixed_args(argv)
