@@ -56,6 +56,14 @@ class DeviceBatches:
         self.generator = torch.Generator(device=device).manual_seed(seed) if shuffle else None
         self.interleave = torch.Generator().manual_seed(seed)  # orders the segments' batches, on the host
 
+    def order_state(self) -> dict:
+        """The generators that decide the coming epochs' order (CPU tensors)."""
+        return {"examples": self.generator.get_state(), "segments": self.interleave.get_state()}
+
+    def set_order_state(self, state: dict) -> None:
+        self.generator.set_state(state["examples"])
+        self.interleave.set_state(state["segments"])
+
     def _num_batches(self, segment: LabelledSegment) -> int:
         return -(-len(segment) // self.batch_size)
 
@@ -95,6 +103,7 @@ class TaskDataModule(L.LightningDataModule):
         super().__init__()
         self.cfg, self.device = cfg, torch.device(device)
         self.train_segments: list[LabelledSegment] = []
+        self.resume_order: dict | None = None
         self.test_segments: list[LabelledSegment] = []
 
     def setup(self, stage: str | None = None) -> None:
@@ -103,7 +112,13 @@ class TaskDataModule(L.LightningDataModule):
             self.test_segments = build_segments(self.cfg, "test", self.device)
 
     def train_dataloader(self):
-        return DeviceBatches(self.train_segments, self.cfg.train.batch_size, shuffle=True, seed=self.cfg.seed)
+        """The training batches; ``self.train_batches`` keeps them, so a checkpoint can save their order's
+        generators and a resumed run can restore them (``resume_order``, set before the fit)."""
+        self.train_batches = DeviceBatches(self.train_segments, self.cfg.train.batch_size, shuffle=True,
+                                           seed=self.cfg.seed)
+        if self.resume_order is not None:
+            self.train_batches.set_order_state(self.resume_order)
+        return self.train_batches
 
     def val_dataloader(self):
         bs = self.cfg.train.eval_batch_size or self.cfg.train.batch_size

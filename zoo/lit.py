@@ -36,10 +36,13 @@ class MixerLM(L.LightningModule):
         models: the members' models, built under each member's seed.
         on_epoch: ``on_epoch(i, metrics)`` after member ``i``'s validation (writes its logs).
         rng_states: each member's random state after its model was built (its own dropout stream).
+        run_dirs: where each member's checkpoint is written after every epoch (``train.checkpoint``).
+        resume: each member's checkpoint (``zoo.checkpoint``) to continue from, or None.
     """
 
     def __init__(self, cfgs: list[DictConfig], models: list[nn.Module], segment_names: list[str],
-                 steps_per_epoch: int, bf16: bool, on_epoch=None, rng_states: list | None = None):
+                 steps_per_epoch: int, bf16: bool, on_epoch=None, rng_states: list | None = None,
+                 run_dirs: list | None = None, resume: list[dict] | None = None):
         super().__init__()
         self.automatic_optimization = False
         self.cfgs, self.models, self.bf16 = cfgs, nn.ModuleList(models), bf16
@@ -53,6 +56,20 @@ class MixerLM(L.LightningModule):
         self.histories: list[list[dict]] = [[] for _ in models]  # validation metrics per epoch, per member
         self.outcomes: list[tuple[str, str] | None] = [None] * len(models)  # (status, reason) once stopped
         self.started = time.perf_counter()
+        self.run_dirs, self.resume = run_dirs, resume
+        self.epoch_offset = 0  # epochs finished before this fit (a resumed run)
+        self.saved_stop = [False] * len(models)  # a stopped member's last checkpoint is written
+        if resume:
+            self.epoch_offset = 1 + max(c["epoch"] for c in resume)
+            self.histories = [list(c["history"]) for c in resume]
+            self.outcomes = [tuple(c["outcome"]) if c["outcome"] else None for c in resume]
+            self.saved_stop = [c["outcome"] is not None for c in resume]
+            self.rng_states = [c["rng"] for c in resume]
+
+    @property
+    def epoch(self) -> int:
+        """The run's epoch (counting the epochs before a resume)."""
+        return self.current_epoch + self.epoch_offset
 
     def _stop(self, i: int, status: str, reason: str) -> None:
         self.outcomes[i] = (status, reason)
@@ -78,7 +95,7 @@ class MixerLM(L.LightningModule):
         self.train_loss = (self.step_fn.take_epoch_loss_sums() / self.steps_per_epoch).tolist()
         for i, loss in enumerate(self.train_loss):
             if self.outcomes[i] is None and not math.isfinite(loss):
-                self._stop(i, "diverged", f"non-finite training loss in epoch {self.current_epoch}")
+                self._stop(i, "diverged", f"non-finite training loss in epoch {self.epoch}")
         # per member and segment: [loss sum, correct tokens, labelled tokens, correct sequences, sequences]
         self.val_sums = torch.zeros(len(self.models), len(self.segment_names), 5, device=self.device,
                                     dtype=torch.float64)
@@ -113,22 +130,39 @@ class MixerLM(L.LightningModule):
                 for name, s in zip(self.segment_names, sums):
                     metrics[f"val/acc/{name}"] = s[1] / s[2]
             metrics = {k: float(v) for k, v in metrics.items()}
-            entry = {"epoch": self.current_epoch, **metrics, "train_seconds": self.epoch_seconds,
+            entry = {"epoch": self.epoch, **metrics, "train_seconds": self.epoch_seconds,
                      "train/loss": self.train_loss[i]}
             self.histories[i].append(entry)
             if self.on_epoch is not None:
                 self.on_epoch(i, entry)
             if not math.isfinite(metrics["val/loss"]):
-                self._stop(i, "diverged", f"non-finite validation loss in epoch {self.current_epoch}")
+                self._stop(i, "diverged", f"non-finite validation loss in epoch {self.epoch}")
             elif t.early_stop_accuracy is not None and metrics["val/acc"] >= t.early_stop_accuracy:
                 self._stop(i, "completed", f"reached accuracy {t.early_stop_accuracy}")
+        if t.checkpoint and self.run_dirs is not None:
+            self._save_checkpoints()
         if len(self.models) == 1 and self.histories[0]:
             self.log("val_acc", self.histories[0][-1]["val/acc"], prog_bar=True)  # for the progress bar
         timeout = t.get("timeout")
         if timeout is not None and time.perf_counter() - self.started > timeout:
             for i, outcome in enumerate(self.outcomes):
                 if outcome is None:
-                    self._stop(i, "timeout", f"train.timeout={timeout} s reached after epoch {self.current_epoch}")
+                    self._stop(i, "timeout", f"train.timeout={timeout} s reached after epoch {self.epoch}")
+
+    def _save_checkpoints(self) -> None:
+        """Each member still training, or stopped in this epoch, writes its checkpoint (zoo.checkpoint)."""
+        from zoo import checkpoint
+
+        order = self.trainer.datamodule.train_batches.order_state()
+        for i, (member, scheduler) in enumerate(zip(self.step_fn.members, self.schedulers_)):
+            if self.saved_stop[i]:
+                continue
+            rng = member.rng_state if member.rng_state is not None else torch.get_rng_state()
+            checkpoint.save(self.run_dirs[i], {
+                "epoch": self.epoch, "model": member.model.state_dict(), "optimizer": member.optimizer.state_dict(),
+                "scheduler": scheduler.state_dict(), "rng": rng, "order": order, "history": self.histories[i],
+                "outcome": list(self.outcomes[i]) if self.outcomes[i] else None})
+            self.saved_stop[i] = self.outcomes[i] is not None
 
     def configure_optimizers(self):
         t = self.train_cfg
@@ -141,4 +175,9 @@ class MixerLM(L.LightningModule):
             self.schedulers_.append(torch.optim.lr_scheduler.LambdaLR(opt, lr_factor(cfg.train, self.steps_per_epoch)))
             members.append(Member(model, forward, opt, rng))
         self.step_fn = TrainStep(members, self.bf16, t.grad_clip, graphs)
+        for i, state in enumerate(self.resume or []):
+            members[i].optimizer.load_state_dict(state["optimizer"])
+            self.schedulers_[i].load_state_dict(state["scheduler"])
+            if self.outcomes[i] is not None:
+                self.step_fn.deactivate(i)
         return [m.optimizer for m in members]

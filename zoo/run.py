@@ -59,6 +59,7 @@ def train_group(cfgs: list[DictConfig], run_dirs: list[Path], device: torch.devi
     from lightning.pytorch.callbacks import TQDMProgressBar
 
     from tasks.split import segment_chances
+    from zoo import checkpoint
     from zoo.data import IGNORE, DeviceBatches, TaskDataModule
     from zoo.lit import MixerLM
     from zoo.model import LanguageModel
@@ -106,19 +107,30 @@ def train_group(cfgs: list[DictConfig], run_dirs: list[Path], device: torch.devi
                 logger.log_metrics({k: v for k, v in entry.items() if v is not None}, step=entry["epoch"])
                 logger.save()
 
+        resume = [checkpoint.load(d) for d in run_dirs] if cfg.train.checkpoint else []
+        resume = resume if resume and all(c is not None for c in resume) else None
+        if resume:  # a killed run: continue after its last finished epoch
+            for model, state in zip(models, resume):
+                model.load_state_dict(state["model"])
+            data.resume_order = resume[0]["order"]
+            for i, state in enumerate(resume):
+                for entry in state["history"]:  # metrics.csv is written anew from the whole history
+                    log_epoch(i, entry)
         lit = MixerLM(cfgs, models, [s.name for s in data.test_segments], steps, bf16=precision == "bf16",
-                      on_epoch=log_epoch, rng_states=rng_states)
+                      on_epoch=log_epoch, rng_states=rng_states, run_dirs=run_dirs, resume=resume)
+        remaining = cfg.train.max_epochs - lit.epoch_offset
         show_bar = cfg.train.progress_bar and not quiet and len(cfgs) == 1
         trainer = L.Trainer(
             accelerator="gpu" if device.type == "cuda" else "cpu", devices=1,
             precision="32-true",  # MixerLM autocasts itself (see zoo.lit)
-            max_epochs=cfg.train.max_epochs, logger=False,
+            max_epochs=max(remaining, 1), logger=False,
             callbacks=[TQDMProgressBar(refresh_rate=max(1, steps // 20))] if show_bar else [],
             enable_checkpointing=False, enable_progress_bar=show_bar, enable_model_summary=False,
             num_sanity_val_steps=0, default_root_dir=run_dirs[0],
         )
         t1 = time.perf_counter()
-        trainer.fit(lit, datamodule=data)
+        if remaining > 0 and any(o is None for o in lit.outcomes):
+            trainer.fit(lit, datamodule=data)
         train_seconds = time.perf_counter() - t1
         for record, outcome in zip(records, lit.outcomes):
             status, reason = outcome or ("completed", "max_epochs reached")
@@ -171,6 +183,7 @@ def load_config(path: str | None, overrides: list[str]) -> DictConfig:
 
 def main(argv: list[str] | None = None) -> int:
     from zoo.errors import ConfigError
+    from zoo import checkpoint
     from zoo.results import FINAL, read_result, write_json_atomic
 
     parser = argparse.ArgumentParser(prog="python -m zoo.run", description=__doc__.splitlines()[0])
@@ -196,6 +209,8 @@ def main(argv: list[str] | None = None) -> int:
     OmegaConf.save(cfg, run_dir / "config.yaml")
     record = train(cfg, run_dir)
     write_json_atomic(run_dir / "result.json", record)
+    if record["status"] in FINAL:  # a failed run keeps its checkpoint: rerunning the command resumes it
+        checkpoint.discard(run_dir)
     print(f"{record['status']}: accuracy {record.get('accuracy', float('nan')):.4f} "
           f"after {record['epochs']} epochs -> {run_dir}")
     return 0 if record["status"] == "completed" else 1

@@ -70,11 +70,14 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec (Linu
 
 
 def prepare_run_dir(out: Path, run) -> Path:
-    """A clean folder for a run that has not finished: leftovers of an interrupted try are removed."""
+    """The folder of a run that has not finished: an interrupted try's checkpoint is kept (the run resumes
+    from it; the id is the config's hash, so it is the same config), other leftovers are removed."""
+    from zoo import checkpoint
+
     run_dir = out / "runs" / run.id
-    if run_dir.exists():
+    if run_dir.exists() and not (run_dir / checkpoint.NAME).exists():
         shutil.rmtree(run_dir)
-    run_dir.mkdir(parents=True)
+    run_dir.mkdir(parents=True, exist_ok=True)
     OmegaConf.save(run.cfg, run_dir / "config.yaml")
     return run_dir
 

@@ -2,7 +2,7 @@
 
 It reads groups of run folders from standard input, one JSON list per line; trains each group in
 this process (``zoo.run.train_group``: runs that differ only in lr side by side, a single run being a
-group of one), writes each run's ``result.json`` atomically, then echoes the line on file descriptor
+group of one), writes each run's ``result.json`` atomically (then drops its checkpoint), then echoes the line on file descriptor
 ``<reply fd>`` to say the group is done. Python, CUDA and Triton start once per worker, not per run.
 """
 from __future__ import annotations
@@ -17,7 +17,8 @@ from omegaconf import OmegaConf
 
 def main(reply_fd: int) -> int:
     from zoo.config import make_run_config
-    from zoo.results import write_json_atomic
+    from zoo import checkpoint
+    from zoo.results import FINAL, write_json_atomic
     from zoo.run import train_group
 
     with os.fdopen(reply_fd, "w", buffering=1) as reply:
@@ -27,6 +28,8 @@ def main(reply_fd: int) -> int:
             cfgs = [make_run_config(OmegaConf.load(d / "config.yaml")) for d in run_dirs]
             for run_dir, record in zip(run_dirs, train_group(cfgs, run_dirs, quiet=True)):
                 write_json_atomic(run_dir / "result.json", record)
+                if record["status"] in FINAL:  # a failed run keeps its checkpoint for the retry
+                    checkpoint.discard(run_dir)
             reply.write(line)
     return 0
 

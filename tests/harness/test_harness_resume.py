@@ -1,0 +1,66 @@
+"""Checkpoints: a run killed after an epoch resumes there and ends exactly as an uninterrupted run."""
+import pytest
+import torch
+
+from zoo import checkpoint
+from zoo.config import make_run_config
+from zoo.lit import MixerLM
+from zoo.run import train, train_group
+
+
+def _cfg(lr=3e-3):
+    return make_run_config({
+        "task": {"name": "mqar", "params": {"vocab_size": 64, "input_seq_len": 16, "num_kv_pairs": 2},
+                 "train": [{"num_examples": 256}, {"num_examples": 128, "input_seq_len": 32, "num_kv_pairs": 4}],
+                 "test": [{"num_examples": 64}]},
+        "model": {"mixer": "softmax", "d_model": 16, "n_layers": 2},  # dropout 0.1: the random stream matters
+        "train": {"batch_size": 32, "max_epochs": 4, "lr": lr, "early_stop_accuracy": None, "precision": "fp32",
+                  "progress_bar": False}})
+
+
+class Killed(BaseException):
+    """Stands for kill -9 after an epoch's checkpoint is on disk (not an Exception: nothing records it)."""
+
+
+def _kill_after_epoch(monkeypatch, epoch):
+    original = MixerLM.on_validation_epoch_end
+
+    def end_then_die(self):
+        original(self)
+        if self.epoch == epoch:
+            raise Killed
+
+    monkeypatch.setattr(MixerLM, "on_validation_epoch_end", end_then_die)
+
+
+def _curve(record):
+    return [(h["epoch"], h["val/loss"], h["val/acc"], h["train/loss"]) for h in record["history"]]
+
+
+@pytest.mark.parametrize("lrs", [(3e-3,), (3e-3, 1e-2)])
+def test_killed_run_resumes_and_matches_an_uninterrupted_run(tmp_path, monkeypatch, lrs):
+    cfgs = [_cfg(lr) for lr in lrs]
+    whole = train_group(cfgs, [tmp_path / f"whole{i}" for i in range(len(cfgs))], quiet=True)
+    dirs = [tmp_path / f"cut{i}" for i in range(len(cfgs))]
+    with monkeypatch.context() as m:
+        _kill_after_epoch(m, 1)
+        with pytest.raises(Killed):
+            train_group(cfgs, dirs, quiet=True)
+    assert all(checkpoint.load(d)["epoch"] == 1 for d in dirs)
+    resumed = train_group(cfgs, dirs, quiet=True)
+    for a, b, d in zip(whole, resumed, dirs):
+        assert b["status"] == "completed" and b["epochs"] == 4
+        assert _curve(b) == _curve(a)
+        assert len((d / "metrics.csv").read_text().strip().splitlines()) == 1 + 4  # header + every epoch
+
+
+def test_checkpoint_is_not_written_when_off_and_a_damaged_one_is_ignored(tmp_path):
+    cfg = _cfg()
+    cfg.train.checkpoint = False
+    train(cfg, tmp_path / "off", quiet=True)
+    assert not (tmp_path / "off" / checkpoint.NAME).exists()
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / checkpoint.NAME).write_bytes(b"not a checkpoint")
+    assert checkpoint.load(tmp_path / "bad") is None
+    record = train(_cfg(), tmp_path / "bad", quiet=True)
+    assert record["epochs"] == 4 and torch.load(tmp_path / "bad" / checkpoint.NAME, weights_only=True)["epoch"] == 3
