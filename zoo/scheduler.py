@@ -35,6 +35,7 @@ MAX_RUNS_PER_GPU = 8
 # once the GPU is busy. A second worker fills the gaps between epochs (validation, data, graph capture);
 # 2 against 1 or 4 with graphs on is not measured yet.
 WORKERS_PER_GPU = 2
+HANG_GRACE_S = 60.0  # a group with train.timeout that has no result this long after it is counted as hung
 
 
 @dataclass
@@ -170,9 +171,9 @@ class Worker:
         self.proc.stdin.flush()
 
     def time_limit(self) -> float | None:
-        """Seconds after which the group counts as hung: its longest train.timeout, plus a minute."""
+        """Seconds after which the group counts as hung: its longest train.timeout plus HANG_GRACE_S."""
         limits = [r.cfg.train.get("timeout") for r in self.group or []]
-        return None if any(x is None for x in limits) or not limits else max(limits) + 60
+        return None if any(x is None for x in limits) or not limits else max(limits) + HANG_GRACE_S
 
     def stop(self) -> None:
         self.proc.kill()
@@ -208,7 +209,7 @@ def _run_local(todo, out, runs_per_gpu, cpu_workers, finish, bar, summary) -> No
                 record = crash_record(run, worker.proc.returncode if dead else -9, worker.log)
                 if not dead:
                     record.update(status="timeout", error=f"no result {worker.time_limit():.0f} s after the start "
-                                                          "(train.timeout plus a minute): the worker was stopped")
+                                                          "(train.timeout plus HANG_GRACE_S): the worker was stopped")
             finish(run, record)
         worker.group = None
 

@@ -53,3 +53,14 @@ class LastDimOne(_Linear):
 class LengthOne(_Linear):
     def forward(self, x):  # (B, L, D) -> (B, 1, D): would broadcast in the residual add
         return self.proj(x)[:, -1:]
+
+
+@register_mixer("test_hang")
+class Hangs(_Linear):
+    def forward(self, x):  # a mixer stuck forever (a deadlocked kernel, an endless loop)
+        if not x.is_meta:
+            import time
+
+            while True:
+                time.sleep(1)
+        return x
