@@ -66,6 +66,8 @@ def train_group(cfgs: list[DictConfig], run_dirs: list[Path], device: torch.devi
 
     cfg = cfgs[0]
     device = device or pick_device()
+    for run_dir in run_dirs:
+        Path(run_dir).mkdir(parents=True, exist_ok=True)
     records = [{"id": run_id(c), **record_fields(c), "status": "running", "error": None, "group_size": len(cfgs),
                 "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
                 "started": time.time(), "epochs": 0, "history": []} for c in cfgs]
