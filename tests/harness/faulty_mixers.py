@@ -64,3 +64,18 @@ class Hangs(_Linear):
             while True:
                 time.sleep(1)
         return x
+
+
+@register_mixer("test_wait_for_file")
+class WaitsWhileFileExists(_Linear):
+    """Blocks while the file named by ZOO_TEST_WAIT_FILE exists, then trains like a linear layer: lets a test
+    stop a sweep at a known point without racing the clock."""
+
+    def forward(self, x):
+        import os
+        import time
+
+        flag = os.environ.get("ZOO_TEST_WAIT_FILE")
+        while not x.is_meta and flag and os.path.exists(flag):
+            time.sleep(0.05)
+        return self.proj(x)

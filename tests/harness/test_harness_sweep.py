@@ -84,26 +84,33 @@ def _default_sigint() -> None:
 
 
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT])
-def test_killed_sweep_resumes_without_duplicates(write_sweep, tmp_path, sig):
-    path = write_sweep(grid={"model.mixer": ["softmax", "swa", "gatedfwa", "softmax"],
-                             "model.d_model": [16, 24]})  # 6 distinct runs (softmax twice dedups)
+def test_killed_sweep_resumes_without_duplicates(write_sweep, tmp_path, faulty_mixers, tiny_base, monkeypatch, sig):
+    """Kill the sweep while one run is held back (it waits for a file to vanish) and the 6 others are logged:
+    no race with the clock. The rerun trains only the held-back run and logs nothing twice."""
+    wait_file = tmp_path / "hold"
+    wait_file.touch()
+    monkeypatch.setenv("ZOO_TEST_WAIT_FILE", str(wait_file))
+    base = tiny_base()
+    base["imports"] = [faulty_mixers]
+    runs = [{"model.mixer": m, "model.d_model": d} for m in ("softmax", "swa", "gatedfwa", "softmax") for d in (16, 24)]
+    path = write_sweep(grid={"run": runs[:6] + [{"model.mixer": "test_wait_for_file", "model.d_model": 16}] + runs[6:]},
+                       base=base)  # 7 distinct runs (the second softmax pair dedups)
     out = tmp_path / "out"
-    proc = subprocess.Popen([sys.executable, "-m", "zoo.sweep", str(path)], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": os.getcwd()},
-                            preexec_fn=_default_sigint)
-    deadline = time.time() + 120
-    while len(read_jsonl(out / "results.jsonl")) < 2 and time.time() < deadline:
+    proc = subprocess.Popen([sys.executable, "-m", "zoo.sweep", str(path), "--cpu-workers", "2"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, preexec_fn=_default_sigint)
+    deadline = time.time() + 300
+    while len(read_jsonl(out / "results.jsonl")) < 6 and time.time() < deadline and proc.poll() is None:
         time.sleep(0.2)
     proc.send_signal(sig)
-    proc.wait(timeout=60)
+    proc.wait(timeout=120)
     assert proc.returncode == (-signal.SIGKILL if sig == signal.SIGKILL else 130)
-    time.sleep(0.5)  # the worker child dies with its parent
     before = {r["id"]: r["started"] for r in read_jsonl(out / "results.jsonl")}
-    assert 2 <= len(before) < 6
+    assert len(before) == 6 and "test_wait_for_file" not in {r["mixer"] for r in read_jsonl(out / "results.jsonl")}
+    wait_file.unlink()
     assert sweep_main([str(path)]) == 0
     records = read_jsonl(out / "results.jsonl")
     ids = [r["id"] for r in records]
-    assert len(ids) == len(set(ids)) == 6
+    assert len(ids) == len(set(ids)) == 7
     assert all(r["status"] == "completed" for r in records)
     assert {i: s for i, s in ((r["id"], r["started"]) for r in records) if i in before} == before
 
