@@ -167,8 +167,11 @@ class Worker:
 
     def start(self, group: list, run_dirs: list[Path]) -> None:
         self.group, self.started = group, time.time()
-        self.proc.stdin.write(json.dumps([str(d) for d in run_dirs]) + "\n")
-        self.proc.stdin.flush()
+        try:
+            self.proc.stdin.write(json.dumps([str(d) for d in run_dirs]) + "\n")
+            self.proc.stdin.flush()
+        except BrokenPipeError:  # the worker died: the loop records its group as failed
+            pass
 
     def time_limit(self) -> float | None:
         """Seconds after which the group counts as hung: its longest train.timeout plus HANG_GRACE_S."""
@@ -178,6 +181,10 @@ class Worker:
     def stop(self) -> None:
         self.proc.kill()
         self.proc.wait()
+        try:
+            self.proc.stdin.close()
+        except BrokenPipeError:
+            pass
         self.replies.close()
         self.log_file.close()
 
@@ -200,6 +207,7 @@ def _run_local(todo, out, runs_per_gpu, cpu_workers, finish, bar, summary) -> No
     threads = max(1, (os.cpu_count() or 1) // len(slots))
     queue = group_runs(todo)
     workers: list[Worker] = []
+    idle_deaths = 0
 
     def settle(worker: Worker, dead: bool) -> None:
         """Record the worker's group: each run's result.json, or a crash/timeout record."""
@@ -222,8 +230,12 @@ def _run_local(todo, out, runs_per_gpu, cpu_workers, finish, bar, summary) -> No
                         dead = w.proc.poll() is not None
                         w.stop()
                         settle(w, dead)
-                    else:
+                    else:  # died with nothing to do: it cannot start (a broken install); do not respawn forever
                         w.stop()
+                        idle_deaths += 1
+                        if idle_deaths > 3:
+                            tail = w.log.read_text(errors="replace")[-2000:] if w.log.exists() else ""
+                            raise RuntimeError(f"sweep workers exit before training anything:\n{tail}")
                     workers[i] = w = Worker(w.slot, threads, w.log)
                 if w.group is None and queue:
                     group = queue.pop(0)
