@@ -66,6 +66,13 @@ class TaskConfig(Schema):
     test: Annotated[list[Segment], Field(min_length=1)] = [Segment(num_examples=3_000)]
 
 
+class LayerConfig(Schema):
+    """One layer's override of ``model.mixer`` / ``model.mixer_kwargs`` (``model.layers``, a hybrid model)."""
+
+    mixer: Optional[str] = None  # None: model.mixer
+    mixer_kwargs: Optional[dict[str, Any]] = None  # None: model.mixer_kwargs if the mixer is model.mixer, else {}
+
+
 class ModelConfig(Schema):
     mixer: str = "softmax"
     d_model: PositiveInt = 128
@@ -76,6 +83,7 @@ class ModelConfig(Schema):
     positions: Optional[Literal["learned", "rope", "none"]] = None  # None: the mixer's default (attention: learned)
     init: Literal["zoology", "mixer"] = "zoology"  # zoology: N(0, 0.02) on every Linear and Embedding; mixer: its own
     dropout: Annotated[Number, Field(ge=0, lt=1)] = 0.1  # attention dropout, for mixers that take it (Zoology: 0.1)
+    layers: Optional[list[LayerConfig]] = None  # n_layers per-layer overrides (a hybrid model); None: none
 
 
 class TrainConfig(Schema):
@@ -213,6 +221,14 @@ def check_run(run: dict) -> None:
         raise ConfigError("train.warmup_epochs", t["warmup_epochs"], f"a number <= train.max_epochs ({t['max_epochs']})")
     m = run["model"]
     _check_mixer_kwargs(m["mixer"], _canon(m["mixer_kwargs"]))
+    from zoo.model import layer_mixers
+
+    for i, (mixer, kwargs) in enumerate(layer_mixers(m["mixer"], m["mixer_kwargs"], m["n_layers"], m["layers"])):
+        if m["layers"] is not None:
+            try:
+                _check_mixer_kwargs(mixer, _canon(kwargs))
+            except ConfigError as err:
+                raise ConfigError(f"model.layers[{i}].{err.key.removeprefix('model.')}", err.value, err.allowed) from None
     seq_len = vocab = 0
     for split in ("train", "test"):
         for i, segment in enumerate(run["task"][split]):
@@ -278,7 +294,7 @@ def _check_model(model_json: str, seq_len: int, vocab: int) -> None:
     m = json.loads(model_json)
     kwargs = dict(vocab_size=vocab, d_model=m["d_model"], n_layers=m["n_layers"], mixer=m["mixer"],
                   mixer_kwargs=m["mixer_kwargs"], max_seq_len=seq_len, state_mixer=m["state_mixer"],
-                  positions=m["positions"], init=m["init"], dropout=m["dropout"])
+                  positions=m["positions"], init=m["init"], dropout=m["dropout"], layers=m["layers"])
     try:
         with torch.device("meta"):
             model = LanguageModel(**kwargs)
@@ -356,8 +372,12 @@ def record_fields(cfg) -> dict[str, Any]:
     ``seq_len`` is the longest *training* input (S5 tests at other lengths); ``settings`` is every
     key of the config, flattened (``train.lr``, ``task.params.num_kv_pairs``, ...), so a leaderboard
     can keep apart whatever a sweep varied."""
+    from zoo.model import mixer_label
+
     run = plain(cfg)
-    return {"task": run["task"]["name"], "mixer": run["model"]["mixer"], "d_model": run["model"]["d_model"],
+    m = run["model"]
+    return {"task": run["task"]["name"], "mixer": mixer_label(m["mixer"], m["n_layers"], m["layers"]),
+            "d_model": m["d_model"],
             "n_layers": run["model"]["n_layers"], "lr": run["train"]["lr"], "seed": run["seed"],
             "seq_len": max(t.seq_len for t in _segment_tasks(run, ("train",))),
             "task_params": segment_params(run, run["task"]["train"][0]), "settings": flatten(run)}

@@ -81,6 +81,28 @@ def zoology_init(model: nn.Module, n_layers: int, mamba_block: bool = False, std
             nn.init.normal_(p, std=std / math.sqrt(2 * n_layers))
 
 
+def layer_mixers(mixer: str, mixer_kwargs: dict, n_layers: int, layers: list[dict] | None) -> list[tuple[str, dict]]:
+    """(mixer, kwargs) of every layer: ``mixer`` with ``mixer_kwargs``, unless ``layers`` (one dict per layer,
+    ``{"mixer": ..., "mixer_kwargs": ...}``, either key optional) overrides a layer. A layer that names another
+    mixer without kwargs gets none (the model's ``mixer_kwargs`` belong to ``mixer``)."""
+    if layers is None:
+        return [(mixer, dict(mixer_kwargs))] * n_layers
+    if len(layers) != n_layers:
+        raise ConfigError("model.layers", layers, f"a list of n_layers={n_layers} per-layer settings")
+    specs = []
+    for spec in layers:
+        name = spec.get("mixer") or mixer
+        kwargs = spec.get("mixer_kwargs")
+        specs.append((name, dict(kwargs if kwargs is not None else (mixer_kwargs if name == mixer else {}))))
+    return specs
+
+
+def mixer_label(mixer: str, n_layers: int, layers: list[dict] | None) -> str:
+    """The name a run's model goes by in results: its mixer, or the layers' mixers joined by "+"."""
+    names = [name for name, _ in layer_mixers(mixer, {}, n_layers, layers)]
+    return mixer if len(set(names)) == 1 and names[0] == mixer else "+".join(names)
+
+
 class LanguageModel(nn.Module):
     """Token embedding (+ optional learned positions), ``n_layers`` blocks, final norm, tied head.
 
@@ -98,6 +120,8 @@ class LanguageModel(nn.Module):
         init: "zoology" (``zoology/model.py _init_weights``, see :func:`zoology_init`) or "mixer"
             (GPT-2 init of embeddings and MLPs, every mixer initialises its own parameters).
         dropout: attention dropout, given to mixers that take ``dropout``.
+        layers: per-layer overrides of ``mixer``/``mixer_kwargs`` (a hybrid model, e.g. BaseConv and sliding
+            windows as in BASED, or attention in one layer of a recurrent model); see :func:`layer_mixers`.
 
     The model gives ``n_layers``, ``dropout`` and ``positions`` to a mixer whose constructor has a
     parameter of that name (``zoo.registry.MODEL_OPTIONS``, not settable as mixer kwargs), so every mixer gets the same values.
@@ -106,32 +130,35 @@ class LanguageModel(nn.Module):
     def __init__(self, vocab_size: int, d_model: int, n_layers: int = 2, mixer: str = "softmax",
                  mixer_kwargs: dict | None = None, max_seq_len: int = 2048,
                  state_mixer: str = "identity", positions: str | None = None, init: str = "zoology",
-                 dropout: float = 0.1):
+                 dropout: float = 0.1, layers: list[dict] | None = None):
         super().__init__()
         if state_mixer not in STATE_MIXERS:
             raise ConfigError("model.state_mixer", state_mixer, list(STATE_MIXERS))
         if init not in INITS:
             raise ConfigError("model.init", init, list(INITS))
-        mixer_cls = get_mixer(mixer)
-        positions = getattr(mixer_cls, "default_positions", "none") if positions is None else positions
+        specs = layer_mixers(mixer, mixer_kwargs or {}, n_layers, layers)
+        classes = [get_mixer(name) for name, _ in specs]
+        if positions is None:  # learned if any layer's mixer wants them, else the first layer's default
+            defaults = [getattr(c, "default_positions", "none") for c in classes]
+            positions = "learned" if "learned" in defaults else defaults[0]
         if positions not in POSITIONS:
             raise ConfigError("model.positions", positions, list(POSITIONS) + [None])
-        accepted = inspect.signature(mixer_cls.__init__).parameters
-        options = {k: v for k, v in dict(n_layers=n_layers, dropout=dropout, positions=positions).items()
-                   if k in accepted}
-        if positions == "rope" and "positions" not in options:
-            raise ConfigError("model.positions", positions, f"learned or none: mixer {mixer!r} does not apply RoPE")
+        options = dict(n_layers=n_layers, dropout=dropout, positions=positions)
+        takes = [inspect.signature(c.__init__).parameters for c in classes]
+        if positions == "rope" and not any("positions" in t for t in takes):
+            raise ConfigError("model.positions", positions, f"learned or none: no layer's mixer applies RoPE "
+                                                            f"({', '.join(name for name, _ in specs)})")
         self.embed = nn.Embedding(vocab_size, d_model)
         self.pos_embed = nn.Embedding(max_seq_len, d_model) if positions == "learned" else None
         self.blocks = nn.ModuleList(
-            Block(d_model, mixer_cls(d_model, layer_idx=i, max_seq_len=max_seq_len, **options, **(mixer_kwargs or {})),
-                  state_mixer)
-            for i in range(n_layers)
+            Block(d_model, cls(d_model, layer_idx=i, max_seq_len=max_seq_len,
+                               **{k: v for k, v in options.items() if k in takes[i]}, **kwargs), state_mixer)
+            for i, (cls, (_, kwargs)) in enumerate(zip(classes, specs))
         )
         self.norm = LayerNorm(d_model)
         self.max_seq_len = max_seq_len
         if init == "zoology":
-            zoology_init(self, n_layers, mamba_block="Mamba" in mixer_cls.__name__)
+            zoology_init(self, n_layers, mamba_block=any("Mamba" in c.__name__ for c in classes))
         else:
             self._init_embeddings_and_mlps(n_layers)
 
@@ -159,7 +186,8 @@ class LanguageModel(nn.Module):
         m = cfg.model
         kwargs = dict(vocab_size=vocab_size(cfg), d_model=m.d_model, n_layers=m.n_layers, mixer=m.mixer,
                       mixer_kwargs=OmegaConf.to_container(m.mixer_kwargs), max_seq_len=max_seq_len(cfg),
-                      state_mixer=m.state_mixer, positions=m.positions, init=m.init, dropout=m.dropout)
+                      state_mixer=m.state_mixer, positions=m.positions, init=m.init, dropout=m.dropout,
+                      layers=OmegaConf.to_container(m.layers) if m.get("layers") is not None else None)
         with torch.device(device or "cpu"):
             return cls(**kwargs)
 
