@@ -9,7 +9,7 @@ value that cannot work.
 Every task provides:
 
 * ``vocab_size -> int``: inputs and labels (other than -100) lie in ``[0, vocab_size)``;
-* ``seq_len -> int``: the input length ``N``;
+* ``seq_len -> int``: the input length ``N`` (by default the field ``input_seq_len``);
 * ``segment_name -> str``: a short name for a slice of a split that starts with ``N<input length>``,
   e.g. ``"N256_kv16"`` (figures read the length from it);
 * ``chance -> float``: the accuracy of the best guess that does not read the tokens, over the labelled
@@ -45,6 +45,11 @@ class Task:
     def param_names(cls) -> list[str]:
         """The parameter names this task accepts."""
         return [f.name for f in dataclasses.fields(cls)]
+
+    @property
+    def seq_len(self) -> int:
+        """The input length N: the ``input_seq_len`` parameter unless a task says otherwise."""
+        return self.input_seq_len
 
     def params(self) -> dict:
         """The parameters of this task, defaults filled in."""

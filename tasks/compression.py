@@ -38,10 +38,6 @@ class Compression(Task):
         check_int("input_seq_len", self.input_seq_len, 2)
 
     @property
-    def seq_len(self) -> int:
-        return self.input_seq_len
-
-    @property
     def segment_name(self) -> str:
         return f"N{self.input_seq_len}_V{self.vocab_size}"
 

@@ -42,10 +42,6 @@ class SelectiveCopying(Task):
                               f"an integer > 2 * num_tokens_to_copy + 1 = {2 * self.num_tokens_to_copy + 1}")
 
     @property
-    def seq_len(self) -> int:
-        return self.input_seq_len
-
-    @property
     def segment_name(self) -> str:
         return f"N{self.input_seq_len}_V{self.vocab_size}_copy{self.num_tokens_to_copy}"
 

@@ -63,10 +63,6 @@ class FuzzyInContextRecall(Task):
         check_bool("training", self.training)
 
     @property
-    def seq_len(self) -> int:
-        return self.input_seq_len
-
-    @property
     def segment_name(self) -> str:
         return (f"N{self.input_seq_len}_V{self.vocab_size}_k{self.key_motif_size}v{self.value_motif_size}"
                 f"{'_train' if self.training else ''}")

@@ -51,10 +51,6 @@ class Memorization(Task):
         check_int("map_seed", self.map_seed, 0)
 
     @property
-    def seq_len(self) -> int:
-        return self.input_seq_len
-
-    @property
     def segment_name(self) -> str:
         return f"N{self.input_seq_len}_V{self.vocab_size}"
 

@@ -98,10 +98,6 @@ class MQAR(Task):
             )
 
     @property
-    def seq_len(self) -> int:
-        return self.input_seq_len
-
-    @property
     def context_len(self) -> int:
         """``C``: the number of context tokens at the start, ``2 * num_kv_pairs * num_passes``."""
         return 2 * self.num_kv_pairs * self.num_passes

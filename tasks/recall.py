@@ -68,10 +68,6 @@ class InContextRecall(Task):
         check_bool("training", self.training)
 
     @property
-    def seq_len(self) -> int:
-        return self.input_seq_len
-
-    @property
     def segment_name(self) -> str:
         noise = f"_noise{self.frac_noise:g}" if self.frac_noise > 0 else ""
         return f"N{self.input_seq_len}_V{self.vocab_size}{noise}{'_train' if self.training else ''}"

@@ -65,10 +65,6 @@ class RunningProduct(Task):
         return self.table.shape[0]
 
     @property
-    def seq_len(self) -> int:
-        return self.input_seq_len
-
-    @property
     def segment_name(self) -> str:
         return f"N{self.input_seq_len}"
 
