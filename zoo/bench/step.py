@@ -23,13 +23,12 @@ VOCAB = 8192
 def make_step(mixer: str, batch: int, seq_len: int, d_model: int, device: torch.device, graphs: bool,
               group: int = 1, n_layers: int = 2):
     """A ready ``step()`` closure over one MQAR batch, for a group of ``group`` models of ``mixer``."""
-    from omegaconf import OmegaConf
-
     from tasks import get_task
+    from zoo.config import make_run_config
 
     task = get_task("mqar")(vocab_size=VOCAB, input_seq_len=seq_len, num_kv_pairs=max(1, seq_len // 16))
     seg = LabelledSegment.from_dense("bench", *task.generate(batch, seed=0, device=device))
-    train_cfg = OmegaConf.create({"lr": 1e-3, "weight_decay": 0.1, "betas": [0.9, 0.999], "decay_params": "all"})
+    train_cfg = make_run_config({}).train  # the default optimiser settings of a run
     cuda = device.type == "cuda"
     members = []
     for _ in range(group):
