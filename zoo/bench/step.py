@@ -21,8 +21,9 @@ VOCAB = 8192
 
 
 def make_step(mixer: str, batch: int, seq_len: int, d_model: int, device: torch.device, graphs: bool,
-              group: int = 1, n_layers: int = 2):
-    """A ready ``step()`` closure over one MQAR batch, for a group of ``group`` models of ``mixer``."""
+              group: int = 1, n_layers: int = 2, compile: bool = False):
+    """A ready ``step()`` closure over one MQAR batch, for a group of ``group`` models of ``mixer``
+    (each model's forward ``torch.compile``d when ``compile``)."""
     from tasks import get_task
     from zoo.config import make_run_config
 
@@ -34,7 +35,8 @@ def make_step(mixer: str, batch: int, seq_len: int, d_model: int, device: torch.
     for _ in range(group):
         torch.manual_seed(0)
         model = LanguageModel(VOCAB, d_model, n_layers=n_layers, mixer=mixer, max_seq_len=seq_len).to(device)
-        members.append(Member(model, model, build_optimizer(model, train_cfg, cuda, graphs and cuda)))
+        forward = torch.compile(model) if compile else model
+        members.append(Member(model, forward, build_optimizer(model, train_cfg, cuda, graphs and cuda)))
     step = TrainStep(members, bf16=cuda, grad_clip=None, graphs=graphs and cuda)
     return (lambda: step(seg.inputs, seg.positions, seg.targets)), members[0].model
 
@@ -56,9 +58,10 @@ def _median_ms(step, device: torch.device, warmup: int, iters: int) -> float:
 
 def step_times(mixers: list[str], batch: int = 256, seq_len: int = 256, d_model: int = 128,
                device: str | torch.device = "cuda", group: int = 4, warmup: int = 5, iters: int = 20,
-               on_row=None) -> list[dict]:
+               on_row=None, compile: bool = False) -> list[dict]:
     """One row per mixer: ms per step eager, with CUDA graphs, and for a group of ``group`` models
-    (graphs), the ratio to softmax (graphs; NaN before softmax is timed), params, peak memory, error."""
+    (graphs), the ratio to softmax (graphs; NaN before softmax is timed), params, peak memory, error;
+    with ``compile``, also ``compile_ms``: the compiled forward replayed from a CUDA graph."""
     device = torch.device(device)
     rows = []
     for mixer in mixers:
@@ -73,10 +76,13 @@ def step_times(mixers: list[str], batch: int = 256, seq_len: int = 256, d_model:
                                           warmup, iters)
             row["group_ms"] = _median_ms(make_step(mixer, batch, seq_len, d_model, device, True, group)[0],
                                          device, warmup, iters)
+            if compile:
+                row["compile_ms"] = _median_ms(make_step(mixer, batch, seq_len, d_model, device, True, compile=True)[0],
+                                               device, warmup, iters)
             row["peak_gb"] = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else float("nan")
         except Exception as e:  # noqa: BLE001 - one broken mixer must not hide the others' timings
             row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-        for key in ("eager_ms", "graphs_ms", "group_ms", "peak_gb"):
+        for key in ("eager_ms", "graphs_ms", "group_ms", "peak_gb") + (("compile_ms",) if compile else ()):
             row.setdefault(key, float("nan"))
         row.setdefault("params", 0)
         rows.append(row)
@@ -97,6 +103,7 @@ HEADER = (f"{'mixer':<15} {'eager ms':>9} {'graphs ms':>9} {'x softmax':>9} {'gr
 def format_row(r: dict) -> str:
     return (f"{r['mixer']:<15} {r['eager_ms']:>9.2f} {r['graphs_ms']:>9.2f} {r['ratio_to_softmax']:>9.2f} "
             f"{r['group_ms']:>9.2f} {r['group_ms'] / r['graphs_ms']:>6.2f} {r['params']:>10,} {r['peak_gb']:>8.2f}"
+            + (f" {r['compile_ms']:>12.2f}" if "compile_ms" in r else "")
             + (f"  ERROR {r['error']}" if r["error"] else ""))
 
 
@@ -109,6 +116,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--group", type=int, default=4, help="models in the group column")
     parser.add_argument("--iters", type=int, default=20)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--compile", action="store_true", help="add a column: torch.compile'd forward + CUDA graph")
     args = parser.parse_args(argv)
     mixers = args.mixers or list_mixers()
     if "softmax" in list_mixers():  # the baseline goes first
@@ -116,9 +124,9 @@ def main(argv: list[str] | None = None) -> None:
     name = torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu"
     print(f"{name}: B={args.batch} N={args.seq_len} d_model={args.d_model}, one training step (zoo.step.TrainStep), "
           f"bf16 autocast on CUDA, median of {args.iters}; group{args.group} = {args.group} models in one step")
-    print(HEADER, flush=True)
+    print(HEADER + (f" {'compile+graph':>12}" if args.compile else ""), flush=True)
     step_times(mixers, args.batch, args.seq_len, args.d_model, args.device, args.group, iters=args.iters,
-               on_row=lambda row: print(format_row(row), flush=True))
+               on_row=lambda row: print(format_row(row), flush=True), compile=args.compile)
 
 
 if __name__ == "__main__":
