@@ -100,9 +100,13 @@ class TrainConfig(Schema):
     grad_clip: Optional[Annotated[Number, Field(gt=0)]] = None  # None: no clipping
     early_stop_accuracy: Optional[Annotated[Number, Field(gt=0, le=1)]] = 0.99  # None: always run max_epochs
     precision: Literal["auto", "bf16", "fp32"] = "auto"  # auto: bf16 autocast on GPU, fp32 on CPU
-    compile: bool = False  # torch.compile the model
-    # on GPU, replay each training step from a CUDA graph (off when compile is on); measured on an H100 at the
-    # figure-2 cell: softmax 3.65 -> 1.46 s per epoch, gatedfwa 7.08 -> 3.10 (zoo.bench.profile)
+    # on GPU, torch.compile each model's forward (fuses the elementwise work around the mixers; ignored on CPU,
+    # where it would mostly time the C++ compiler). A forward that fails to compile trains uncompiled, saying so.
+    # H100, figure-2 cell, one step with CUDA graphs: softmax 3.48 -> 1.94 ms, hyena 10.96 -> 7.58, mamba
+    # 12.25 -> 7.85 (python -m zoo.bench.step --compile); costs some seconds of compilation per run
+    compile: bool = True
+    # on GPU, replay each training step from a CUDA graph; measured on an H100 at the figure-2 cell (uncompiled):
+    # softmax 3.65 -> 1.46 s per epoch, gatedfwa 7.08 -> 3.10 (zoo.bench.profile)
     cuda_graphs: bool = True
     loggers: list[Annotated[Literal["csv", "tensorboard", "wandb"], AfterValidator(_importable_logger)]] = ["csv"]
     progress_bar: bool = True

@@ -21,7 +21,7 @@ from omegaconf import DictConfig
 from torch import nn
 
 from zoo.data import IGNORE
-from zoo.step import Member, TrainStep, autocast_bf16, build_optimizer, labelled_logits, lr_factor
+from zoo.step import Member, TrainStep, autocast_bf16, build_optimizer, lr_factor
 
 
 class MixerLM(L.LightningModule):
@@ -51,7 +51,6 @@ class MixerLM(L.LightningModule):
         self.steps_per_epoch = steps_per_epoch
         self.on_epoch = on_epoch
         self.rng_states = rng_states or [None] * len(models)
-        self.forwards = [torch.compile(m) if self.train_cfg.compile else m for m in models]
         self.step_fn: TrainStep | None = None
         self.histories: list[list[dict]] = [[] for _ in models]  # validation metrics per epoch, per member
         self.outcomes: list[tuple[str, str] | None] = [None] * len(models)  # (status, reason) once stopped
@@ -103,11 +102,11 @@ class MixerLM(L.LightningModule):
     def validation_step(self, batch, batch_idx):
         inputs, positions, targets, segment = batch
         labelled = targets != IGNORE
-        for i, (model, forward) in enumerate(zip(self.models, self.forwards)):
+        for i, member in enumerate(self.step_fn.members):
             if self.outcomes[i] is not None:
                 continue
             with autocast_bf16(self.device, self.bf16):
-                logits = labelled_logits(model, forward, inputs, positions)
+                logits = member.labelled_logits(inputs, positions)
             right = (logits.argmax(-1) == targets) & labelled
             loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=IGNORE, reduction="sum")
             row = torch.stack([loss.double(), right.sum().double(), labelled.sum().double(),
@@ -167,12 +166,13 @@ class MixerLM(L.LightningModule):
     def configure_optimizers(self):
         t = self.train_cfg
         cuda = self.device.type == "cuda"
-        graphs = cuda and t.cuda_graphs and not t.compile
+        graphs = cuda and t.cuda_graphs
         members = []
         self.schedulers_ = []
-        for cfg, model, forward, rng in zip(self.cfgs, self.models, self.forwards, self.rng_states):
+        for cfg, model, rng in zip(self.cfgs, self.models, self.rng_states):
             opt = build_optimizer(model, cfg.train, cuda, graphs)
             self.schedulers_.append(torch.optim.lr_scheduler.LambdaLR(opt, lr_factor(cfg.train, self.steps_per_epoch)))
+            forward = torch.compile(model, dynamic=False) if cuda and t.compile else model
             members.append(Member(model, forward, opt, rng))
         self.step_fn = TrainStep(members, self.bf16, t.grad_clip, graphs)
         for i, state in enumerate(self.resume or []):

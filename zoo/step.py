@@ -38,13 +38,6 @@ def autocast_bf16(device: torch.device, enabled: bool):
     return torch.autocast(device.type, dtype=torch.bfloat16, cache_enabled=False)
 
 
-def labelled_logits(model, forward: Callable, inputs, positions) -> torch.Tensor:
-    """Logits (B, K, V) in fp32 at the labelled ``positions`` only."""
-    hidden = forward(inputs)
-    picked = hidden.gather(1, positions.unsqueeze(-1).expand(-1, -1, hidden.shape[-1]))
-    return model.logits(picked).float()
-
-
 @dataclass
 class Member:
     """One model of a group: ``forward`` runs ``model`` (maybe compiled); ``optimizer`` updates it."""
@@ -53,6 +46,26 @@ class Member:
     forward: Callable
     optimizer: torch.optim.Optimizer
     rng_state: torch.Tensor | None = None  # the member's own CPU/CUDA random stream (dropout), eager steps
+
+    def hidden(self, inputs: torch.Tensor) -> torch.Tensor:
+        """(B, N) -> (B, N, D) through ``forward``. A compiled forward compiles on its first call (of each
+        shape and mode); if that fails, the member says so once and runs its model uncompiled from then on."""
+        try:
+            return self.forward(inputs)
+        except Exception as err:  # noqa: BLE001 - torch.compile raises many kinds; the eager call re-raises real errors
+            if self.forward is self.model:
+                raise
+            first = next((line for line in str(err).splitlines() if line.strip()), type(err).__name__)
+            print(f"zoo: torch.compile failed for this model, running it uncompiled ({type(err).__name__}: {first})",
+                  flush=True)
+            self.forward = self.model
+            return self.model(inputs)
+
+    def labelled_logits(self, inputs: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """Logits (B, K, V) in fp32 at the labelled ``positions`` (B, K) only."""
+        hidden = self.hidden(inputs)
+        picked = hidden.gather(1, positions.unsqueeze(-1).expand(-1, -1, hidden.shape[-1]))
+        return self.model.logits(picked).float()
 
 
 class TrainStep:
@@ -84,7 +97,7 @@ class TrainStep:
     def _member_step(self, i: int, inputs, positions, targets) -> None:
         m = self.members[i]
         with autocast_bf16(inputs.device, self.bf16):
-            logits = labelled_logits(m.model, m.forward, inputs, positions)
+            logits = m.labelled_logits(inputs, positions)
         loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=IGNORE)
         loss.backward()
         if self.grad_clip is not None:

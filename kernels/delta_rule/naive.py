@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 
 
+@torch.compiler.disable  # a loop over time: torch.compile would unroll it, once per length
 def delta_rule_recurrent(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta: torch.Tensor,
                          g: torch.Tensor | None = None, scale: float | None = None,
                          l2norm_qk: bool = False) -> torch.Tensor:

@@ -332,6 +332,9 @@ class GatedWindowAttention(torch.autograd.Function):
         return dq, dk, dv, du, None, None
 
 
+# Opaque to torch.compile: Inductor failed on the GatedFWA model (H100, torch 2.11, Triton 3.6: InductorError
+# in its compile subprocess), and it has nothing to fuse into a hand-written kernel.
+@torch.compiler.disable
 def gated_window_attention_triton(q, k, v, u, window: int, scale: float | None = None):
     """Triton version of :func:`kernels.gatedfwa.naive.gated_window_attention_ref`."""
     scale = q.shape[-1] ** -0.5 if scale is None else scale

@@ -191,6 +191,9 @@ class GateCumsum(torch.autograd.Function):
         return dh, dbeta.to(beta.dtype), None
 
 
+# Opaque to torch.compile: Inductor failed on the GatedFWA model (H100, torch 2.11, Triton 3.6: InductorError
+# in its compile subprocess), and it has nothing to fuse into a hand-written kernel.
+@torch.compiler.disable
 def gate_cumsum_triton(h: torch.Tensor, beta: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     """Triton version of :func:`kernels.gatedfwa.naive.gate_cumsum_ref`; u is (B, T, H) fp32."""
     return GateCumsum.apply(h, beta, eps)

@@ -91,8 +91,10 @@ def test_fla_chunk_ops_match_recurrence_on_gpu(T, beta_max):
     from fla.ops.delta_rule import chunk_delta_rule
     from fla.ops.gated_delta_rule import chunk_gated_delta_rule
 
-    from zoo.mixers.fastpath import fla_gated_chunks_unreliable
+    from zoo.mixers.fastpath import fla_chunks_unreliable
 
+    if fla_chunks_unreliable(0):
+        pytest.skip(fla_chunks_unreliable(0))  # zoo uses its recurrence here (see zoo.mixers.fastpath)
     torch.manual_seed(0)
     # fla's chunk delta rule takes 16-bit inputs only; the recurrence sees the same rounded values in float32
     low = [t.bfloat16() for t in inputs(2, T, 4, 32, 64, beta_max, device="cuda")]
@@ -100,11 +102,9 @@ def test_fla_chunk_ops_match_recurrence_on_gpu(T, beta_max):
     q32, k32, v32, beta32, g32 = (t.detach().float().requires_grad_() for t in low)
     gy = torch.randn_like(v32)
     cases = [(lambda: chunk_delta_rule(q, k, v, beta, use_qk_l2norm_in_kernel=True)[0], (q, k, v, beta),
-              lambda: delta_rule_recurrent(q32, k32, v32, beta32, l2norm_qk=True), (q32, k32, v32, beta32))]
-    if not fla_gated_chunks_unreliable(0):  # else zoo does not use it (see zoo.mixers.fastpath)
-        cases.append((lambda: chunk_gated_delta_rule(q, k, v, g, beta, use_qk_l2norm_in_kernel=True)[0],
-                      (q, k, v, beta, g), lambda: delta_rule_recurrent(q32, k32, v32, beta32, g32, l2norm_qk=True),
-                      (q32, k32, v32, beta32, g32)))
+              lambda: delta_rule_recurrent(q32, k32, v32, beta32, l2norm_qk=True), (q32, k32, v32, beta32)),
+             (lambda: chunk_gated_delta_rule(q, k, v, g, beta, use_qk_l2norm_in_kernel=True)[0], (q, k, v, beta, g),
+              lambda: delta_rule_recurrent(q32, k32, v32, beta32, g32, l2norm_qk=True), (q32, k32, v32, beta32, g32))]
     for fast, wrt, ref, wrt32 in cases:
         got, want = fast(), ref()
         assert relative_error(got.float(), want) < 3e-2  # bf16 inputs and outputs

@@ -44,10 +44,10 @@ def relative_error(a, b):
 @pytest.mark.gpu
 @pytest.mark.parametrize("T", [64, 100])
 def test_fla_chunk_ops_match_recurrence_on_gpu(T):
-    from zoo.mixers.fastpath import fla_gated_chunks_unreliable
+    from zoo.mixers.fastpath import fla_chunks_unreliable
 
-    if fla_gated_chunks_unreliable(0):
-        pytest.skip(fla_gated_chunks_unreliable(0))  # zoo uses its recurrence here (see zoo.mixers.fastpath)
+    if fla_chunks_unreliable(0):
+        pytest.skip(fla_chunks_unreliable(0))  # zoo uses its recurrence here (see zoo.mixers.fastpath)
     from fla.ops.gla import chunk_gla
     from fla.ops.retention import chunk_retention
 

@@ -27,20 +27,22 @@ def _module(name: str, purpose: str):
     return optional_import(name, purpose)
 
 
-# fla's gated chunk kernels are wrong on Hopper GPUs with Triton >= 3.4 and < 3.7.1 (fla issue #640; fla
-# itself refuses chunk_gated_delta_rule's backward there). Measured on an H100 with Triton 3.6 and fla 0.6.0:
-# chunk_retention's backward hit an illegal memory access and chunk_gla did not finish a test in 200 s.
-FLA_GATED_CHUNK_MODULES = ("fla.ops.gla", "fla.ops.retention", "fla.ops.gated_delta_rule")
+# fla's chunk kernels are wrong on Hopper GPUs with Triton >= 3.4 and < 3.7.1 (fla issue #640; fla itself
+# refuses chunk_gated_delta_rule's backward there). Measured on an H100 with Triton 3.6 and fla 0.6.0:
+# chunk_retention's backward hit an illegal memory access, chunk_gla did not finish a test in 200 s, and
+# chunk_delta_rule was off by 35% (relative, beta up to 2) or hit an illegal memory access.
+FLA_CHUNK_MODULES_BROKEN_ON_HOPPER = ("fla.ops.gla", "fla.ops.retention", "fla.ops.gated_delta_rule",
+                                      "fla.ops.delta_rule")
 
 
 @functools.cache
-def fla_gated_chunks_unreliable(device_index: int) -> str | None:
-    """Why fla's gated chunk ops cannot be trusted on this GPU, or None when they can."""
+def fla_chunks_unreliable(device_index: int) -> str | None:
+    """Why fla's chunk ops cannot be trusted on this GPU, or None when they can."""
     import triton
 
     version = tuple(int(p) for p in triton.__version__.split("+")[0].split(".")[:3])
     if torch.cuda.get_device_capability(device_index)[0] == 9 and (3, 4, 0) <= version < (3, 7, 1):
-        return f"fla's gated chunk kernels are unreliable on Hopper GPUs with Triton {triton.__version__} (fla #640)"
+        return f"fla's chunk kernels are unreliable on Hopper GPUs with Triton {triton.__version__} (fla #640)"
     return None
 
 
@@ -52,7 +54,7 @@ def _say_once(name: str, reason: str, purpose: str) -> None:
 
 
 def fast_module(name: str, purpose: str, x: torch.Tensor):
-    """The module ``name`` if ``x`` lives on a GPU and ``name`` imports (and, for fla's gated chunk ops,
+    """The module ``name`` if ``x`` lives on a GPU and ``name`` imports (and, for fla's chunk ops,
     works on this GPU), else None (the reference path).
 
     ``purpose`` completes the single log line printed when the fast path is not used, e.g.
@@ -60,8 +62,8 @@ def fast_module(name: str, purpose: str, x: torch.Tensor):
     """
     if not x.is_cuda:
         return None
-    if name in FLA_GATED_CHUNK_MODULES:
-        reason = fla_gated_chunks_unreliable(x.device.index or 0)
+    if name in FLA_CHUNK_MODULES_BROKEN_ON_HOPPER:
+        reason = fla_chunks_unreliable(x.device.index or 0)
         if reason:
             _say_once(name, reason, purpose)
             return None
