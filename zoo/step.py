@@ -55,9 +55,9 @@ class Member:
         except Exception as err:  # noqa: BLE001 - torch.compile raises many kinds; the eager call re-raises real errors
             if self.forward is self.model:
                 raise
-            first = next((line for line in str(err).splitlines() if line.strip()), type(err).__name__)
-            print(f"zoo: torch.compile failed for this model, running it uncompiled ({type(err).__name__}: {first})",
-                  flush=True)
+            lines = [line.strip() for line in str(err).splitlines() if line.strip()] or [""]
+            print(f"zoo: torch.compile failed for this model, running it uncompiled ({type(err).__name__}: "
+                  f"{lines[0]}{' ... ' + lines[-1] if len(lines) > 1 else ''})", flush=True)
             self.forward = self.model
             return self.model(inputs)
 

@@ -70,7 +70,7 @@ def test_graph_replay_matches_eager():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("mixer", ["softmax", "gatedfwa", "based", "hyena", "mamba"])
+@pytest.mark.parametrize("mixer", ["softmax", "gatedfwa", "based"])
 def test_training_with_graphs_and_compile_follows_eager_training(mixer, tmp_path, capfd):
     """Whole runs (Lightning loop, lr schedule, validation): CUDA graphs, and a compiled forward replayed from
     CUDA graphs (the GPU default), agree with plain eager training (dropout off: compiled dropout draws other
@@ -83,7 +83,7 @@ def test_training_with_graphs_and_compile_follows_eager_training(mixer, tmp_path
             "task": {"name": "mqar", "params": {"vocab_size": 128, "input_seq_len": 64, "num_kv_pairs": 4},
                      "train": [{"num_examples": 2000}], "test": [{"num_examples": 200}]},
             "model": {"mixer": mixer, "d_model": 64, "dropout": 0.0},
-            "train": {"batch_size": 128, "max_epochs": 3, "lr": 3e-3, "precision": "fp32", "cuda_graphs": graphs,
+            "train": {"batch_size": 128, "max_epochs": 2, "lr": 3e-3, "precision": "fp32", "cuda_graphs": graphs,
                       "compile": compile, "early_stop_accuracy": None, "progress_bar": False}})
         record = train(cfg, tmp_path / f"{compile}-{graphs}", quiet=True)
         assert record["status"] == "completed", record.get("error")

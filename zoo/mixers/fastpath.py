@@ -20,11 +20,25 @@ def record(op: str, backend: str) -> None:
     LAST_BACKEND[op] = backend
 
 
+class _Opaque:
+    """A fast-path module whose functions ``torch.compile`` calls as they are instead of tracing them: Inductor
+    cannot fuse anything into a hand-written kernel, and compiling a model around some of them failed (fla's
+    ``parallel_based`` and GatedFWA's kernels on an H100, torch 2.11, Triton 3.6: InductorError)."""
+
+    def __init__(self, module):
+        self._module = module
+
+    def __getattr__(self, name: str):
+        attr = getattr(self._module, name)
+        return torch.compiler.disable(attr) if callable(attr) else attr
+
+
 @functools.cache
 def _module(name: str, purpose: str):
     from zoo.optional import optional_import
 
-    return optional_import(name, purpose)
+    module = optional_import(name, purpose)
+    return None if module is None else _Opaque(module)
 
 
 # fla's chunk kernels are wrong on Hopper GPUs with Triton >= 3.4 and < 3.7.1 (fla issue #640; fla itself
