@@ -22,7 +22,8 @@ def delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta: torch.Te
     or None; scale: K ** -0.5 when None; l2norm_qk: unit-length q and k first -> o: [B, T, H, V]."""
     check_backend(backend, BACKENDS)
     if g is None:
-        fla = fast_path(backend, "fla", "fla.ops.delta_rule", q, "deltanet on GPU (falls back to the PyTorch recurrence)")
+        fla = fast_path(backend, "fla", "fla.ops.delta_rule", q,
+                        "deltanet on GPU (falls back to the PyTorch recurrence)")
     else:
         fla = fast_path(backend, "fla", "fla.ops.gated_delta_rule", q,
                         "gated_deltanet on GPU (falls back to the PyTorch recurrence)")

@@ -1,6 +1,4 @@
 """BASED's layer alternation (its Taylor attention is tested in tests/kernels/test_based.py)."""
-import torch
-
 from zoo.mixers.based import Based, BaseConv, TaylorLinearAttention
 
 
