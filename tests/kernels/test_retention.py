@@ -4,9 +4,8 @@ import torch
 from kernels.retention.naive import retention_log_decay, retention_naive
 
 
-def test_decays_are_retnets():
-    want = 1 - torch.tensor([2.0 ** -5, 2.0 ** -6, 2.0 ** -7])
-    torch.testing.assert_close(retention_log_decay(3).exp(), want)
+def test_decays_are_one_minus_powers_of_two():
+    torch.testing.assert_close(retention_log_decay(3).exp(), torch.tensor([1 - 1 / 32, 1 - 1 / 64, 1 - 1 / 128]))
 
 
 def test_reference_matches_decayed_sum():
