@@ -17,7 +17,7 @@ import torch.nn.functional as F
 
 from kernels.gatedfwa import gate_cumsum, gated_window_attention
 from kernels.gatedfwa.naive import gate_cumsum_ref
-from zoo.optional import optional_import
+from kernels.backend import optional_import
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 

@@ -1,6 +1,42 @@
 """The delta rule: a linear-attention state corrected toward each new value, optionally decayed.
 
-``naive.delta_rule_recurrent`` is the PyTorch reference used on CPU by ``deltanet`` (no gate) and
-``gated_deltanet`` (a scalar forget gate per head); on GPU those mixers call flash-linear-attention's
-``chunk_delta_rule`` / ``chunk_gated_delta_rule``, which compute the same recurrence chunk by chunk.
+``delta_rule(q, k, v, beta, g=None, scale=None, l2norm_qk=False, backend="auto")``: ``"fla"``
+(flash-linear-attention's ``chunk_delta_rule``, or ``chunk_gated_delta_rule`` when a gate ``g`` is
+given), ``"naive"`` (``naive.delta_rule_recurrent``, the PyTorch recurrence) or ``"auto"`` (fla for CUDA
+tensors where it imports and, for the gated op, works on this GPU; else the recurrence). Used by
+``deltanet`` (no gate) and ``gated_deltanet``. ``kernels.backend.last_backend("delta_rule")`` says which ran.
 """
+from __future__ import annotations
+
+import torch
+
+from kernels.backend import NAIVE, check_backend, fast_path, record
+from kernels.delta_rule.naive import delta_rule_recurrent
+
+BACKENDS = ("auto", "fla", NAIVE)
+
+
+def delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta: torch.Tensor, g: torch.Tensor | None = None,
+               scale: float | None = None, l2norm_qk: bool = False, backend: str = "auto") -> torch.Tensor:
+    """q, k: [B, T, H, K]; v: [B, T, H, V]; beta: [B, T, H] writing strengths; g: [B, T, H] log forget gates
+    or None; scale: K ** -0.5 when None; l2norm_qk: unit-length q and k first -> o: [B, T, H, V]."""
+    check_backend(backend, BACKENDS)
+    if g is None:
+        fla = fast_path(backend, "fla", "fla.ops.delta_rule", q,
+                        "deltanet on GPU (falls back to the PyTorch recurrence)")
+    else:
+        fla = fast_path(backend, "fla", "fla.ops.gated_delta_rule", q,
+                        "gated_deltanet on GPU (falls back to the PyTorch recurrence)")
+    record("delta_rule", NAIVE if fla is None else "fla")
+    if fla is None:
+        return delta_rule_recurrent(q, k, v, beta, g, scale, l2norm_qk)
+    if g is None:
+        o, _ = fla.chunk_delta_rule(q=q, k=k, v=v, beta=beta.to(q.dtype), scale=scale,
+                                    use_qk_l2norm_in_kernel=l2norm_qk)
+    else:
+        o, _ = fla.chunk_gated_delta_rule(q=q, k=k, v=v, g=g, beta=beta.to(q.dtype), scale=scale,
+                                          use_qk_l2norm_in_kernel=l2norm_qk)
+    return o
+
+
+__all__ = ["delta_rule", "BACKENDS"]

@@ -1,22 +1,24 @@
 """GatedFWA kernels: the gate preprocessing scan and gated sliding-window attention.
 
-``backend`` picks the implementation: ``"auto"`` (Triton on CUDA tensors, the PyTorch reference
-otherwise), ``"triton"`` or ``"torch"``. Both are differentiable in every tensor argument.
+``backend`` picks the implementation: ``"auto"`` (Triton on CUDA tensors, the PyTorch reference in
+``naive.py`` otherwise), ``"triton"`` or ``"naive"``. Both are differentiable in every tensor argument.
+``kernels.backend.last_backend("gatedfwa.gate_cumsum")`` / ``("gatedfwa.attention")`` say which ran.
 """
 from __future__ import annotations
 
 import torch
 
+from kernels.backend import NAIVE, check_backend, record
 from kernels.gatedfwa.naive import gate_cumsum_ref, gated_window_attention_ref
-from zoo.errors import ConfigError
 
-BACKENDS = ("auto", "torch", "triton")
+BACKENDS = ("auto", "triton", NAIVE)
 
 
-def _use_triton(backend: str, x: torch.Tensor) -> bool:
-    if backend not in BACKENDS:
-        raise ConfigError("backend", backend, BACKENDS)
-    return backend == "triton" or (backend == "auto" and x.is_cuda)
+def _use_triton(op: str, backend: str, x: torch.Tensor) -> bool:
+    check_backend(backend, BACKENDS)
+    triton = backend == "triton" or (backend == "auto" and x.is_cuda)
+    record(op, "triton" if triton else NAIVE)
+    return triton
 
 
 def gate_cumsum(h: torch.Tensor, beta: torch.Tensor, eps: float = 1e-6, backend: str = "auto"):
@@ -30,8 +32,9 @@ def gate_cumsum(h: torch.Tensor, beta: torch.Tensor, eps: float = 1e-6, backend:
         u: (B, T, H) float32, ``u_t = -sum_{s<=t} softplus(beta_s * h_s) / (beta_s + eps)``.
     """
     if h.shape != beta.shape or h.dim() != 3:
-        raise ConfigError("beta.shape", tuple(beta.shape), f"the (B, T, H) shape of h, {tuple(h.shape)}")
-    if _use_triton(backend, h):
+        raise ValueError(f"beta.shape={tuple(beta.shape)} is not valid: expected the (B, T, H) shape of h, "
+                         f"{tuple(h.shape)}")
+    if _use_triton("gatedfwa.gate_cumsum", backend, h):
         from kernels.gatedfwa.gate_scan import gate_cumsum_triton
         return gate_cumsum_triton(h, beta, eps)
     return gate_cumsum_ref(h, beta, eps)
@@ -43,7 +46,7 @@ def gated_window_attention(q, k, v, u, window: int, scale: float | None = None, 
     Query ``i`` attends to keys ``i - window < j <= i`` with logits ``q_i . k_j * scale + u_i - u_j``.
 
     Args:
-        q, k, v: (B, T, H, D), any strides; bf16, fp16 or fp32 (fp64 on the torch backend).
+        q, k, v: (B, T, H, D), any strides; bf16, fp16 or fp32 (fp64 on the naive backend).
         u: (B, T, H) float32 from :func:`gate_cumsum`, or None for plain sliding-window attention.
             ``u_i - u_j`` is formed from two fp32 numbers, so very long sequences with strong decay
             lose low-order bits of the bias; that is inherent to passing ``u``.
@@ -53,13 +56,13 @@ def gated_window_attention(q, k, v, u, window: int, scale: float | None = None, 
         o: (B, T, H, D) in the dtype of q.
     """
     if not isinstance(window, int) or window < 1:
-        raise ConfigError("window", window, "an integer >= 1")
+        raise ValueError(f"window={window!r} is not valid: expected an integer >= 1")
     if k.shape != q.shape or v.shape != q.shape or q.dim() != 4:
-        raise ConfigError("k.shape/v.shape", (tuple(k.shape), tuple(v.shape)),
-                          f"the (B, T, H, D) shape of q, {tuple(q.shape)}")
+        raise ValueError(f"k.shape/v.shape={tuple(k.shape)}/{tuple(v.shape)} is not valid: expected the "
+                         f"(B, T, H, D) shape of q, {tuple(q.shape)}")
     if u is not None and u.shape != q.shape[:3]:
-        raise ConfigError("u.shape", tuple(u.shape), f"(B, T, H) = {tuple(q.shape[:3])}")
-    if _use_triton(backend, q):
+        raise ValueError(f"u.shape={tuple(u.shape)} is not valid: expected (B, T, H) = {tuple(q.shape[:3])}")
+    if _use_triton("gatedfwa.attention", backend, q):
         from kernels.gatedfwa.attention import gated_window_attention_triton
         return gated_window_attention_triton(q, k, v, u, window, scale)
     return gated_window_attention_ref(q, k, v, u, window, scale)

@@ -24,7 +24,9 @@ import torch
 import triton
 import triton.language as tl
 
-LOG2E = 1.4426950408889634
+from kernels.layout import last_dim_contiguous
+
+LOG2E = tl.constexpr(1.4426950408889634)  # a constexpr, so the kernels can read it too
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 
 
@@ -180,7 +182,7 @@ def _attn_bwd_dkdv(q_ptr, k_ptr, v_ptr, u_ptr, do_ptr, lse_ptr, delta_ptr, dk_pt
     dk, dv, du = _dkdv_queries(dk, dv, du, k, v, u_j, offs_n, q_base, do_base, lse_base, delta_base, s_qt, s_dt,
                                hi, end, T, window, qk_scale, offs_d, D, BLOCK_M, HAS_GATE, True, PREC)
     out = b * s_gb + h * s_gh + offs_n[:, None] * s_gt + offs_d[None, :]
-    tl.store(dk_ptr + out, (dk * (qk_scale / 1.4426950408889634)).to(dk_ptr.dtype.element_ty), mask=kv_mask)
+    tl.store(dk_ptr + out, (dk * (qk_scale / LOG2E)).to(dk_ptr.dtype.element_ty), mask=kv_mask)
     tl.store(dv_ptr + out, dv.to(dv_ptr.dtype.element_ty), mask=kv_mask)
     if HAS_GATE:
         tl.store(du_ptr + b * s_wb + h * s_wh + offs_n * s_wt, du, mask=offs_n < T)
@@ -238,7 +240,7 @@ def _attn_bwd_dq(q_ptr, k_ptr, v_ptr, u_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr,
     dq = _dq_keys(dq, q, do, lse, delta, offs_m, k_base, v_base, u_base, s_kt, s_vt, s_ut, start_m,
                   end, T, window, qk_scale, offs_d, D, BLOCK_N, HAS_GATE, True, PREC)
     tl.store(dq_ptr + b * s_gb + h * s_gh + offs_m[:, None] * s_gt + offs_d[None, :],
-             (dq * (qk_scale / 1.4426950408889634)).to(dq_ptr.dtype.element_ty), mask=q_mask)
+             (dq * (qk_scale / LOG2E)).to(dq_ptr.dtype.element_ty), mask=q_mask)
 
 
 def _configs(kind: str, D: int, device: torch.device):
@@ -270,7 +272,7 @@ def attention_fwd(q, k, v, u, window: int, scale: float):
     (bm, bn), opts = _configs("fwd", D, q.device)
     gate = q if u is None else u
     _attn_fwd[(triton.cdiv(T, bm), B * H)](
-        q, k, v, gate, o, lse, T, H, window, scale * LOG2E,
+        q, k, v, gate, o, lse, T, H, window, scale * LOG2E.value,
         *_strides(q), *_strides(k), *_strides(v), *(_strides(u) + [u.stride(2)] if u is not None else [0, 0, 0]),
         *_strides(o), D=D, BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=max(16, triton.next_power_of_2(D)),
         HAS_GATE=u is not None, PREC=_precision(q), **opts)
@@ -291,13 +293,13 @@ def attention_bwd(q, k, v, u, o, lse, do, window: int, scale: float):
     common = dict(BLOCK_D=block_d, D=D, HAS_GATE=u is not None, PREC=_precision(q))
     (bm, bn), opts = _configs("dkdv", D, q.device)
     _attn_bwd_dkdv[(triton.cdiv(T, bn), B * H)](
-        q, k, v, gate, do, lse, delta, dk, dv, du if du is not None else delta, T, H, window, scale * LOG2E,
+        q, k, v, gate, do, lse, delta, dk, dv, du if du is not None else delta, T, H, window, scale * LOG2E.value,
         *_strides(q), *_strides(k), *_strides(v), *u_strides, *_strides(do), *_strides(dk),
         *(_strides(du) + [du.stride(2)] if du is not None else [0, 0, 0]),
         BLOCK_M=bm, BLOCK_N=bn, **common, **opts)
     (bm, bn), opts = _configs("dq", D, q.device)
     _attn_bwd_dq[(triton.cdiv(T, bm), B * H)](
-        q, k, v, gate, do, lse, delta, dq, T, H, window, scale * LOG2E,
+        q, k, v, gate, do, lse, delta, dq, T, H, window, scale * LOG2E.value,
         *_strides(q), *_strides(k), *_strides(v), *u_strides, *_strides(do), *_strides(dq),
         BLOCK_M=bm, BLOCK_N=bn, **common, **opts)
     return dq, dk, dv, du
@@ -308,18 +310,14 @@ def _precision(q: torch.Tensor) -> str:
     return "ieee" if q.dtype == torch.float32 else "tf32"
 
 
-def _head_dim_contiguous(x: torch.Tensor) -> torch.Tensor:
-    return x if x.stride(-1) == 1 else x.contiguous()
-
-
 class GatedWindowAttention(torch.autograd.Function):
     """Autograd wrapper of the forward and backward kernels; gradients flow to q, k, v and u."""
 
     @staticmethod
     def forward(ctx, q, k, v, u, window, scale):
-        q, k, v = (_head_dim_contiguous(x) for x in (q, k, v))
+        q, k, v = (last_dim_contiguous(x) for x in (q, k, v))
         if u is not None:  # (B, H, T) in log2 units: contiguous vector loads in the kernels
-            u = (u.float() * LOG2E).transpose(1, 2).contiguous().transpose(1, 2)
+            u = (u.float() * LOG2E.value).transpose(1, 2).contiguous().transpose(1, 2)
         o, lse = attention_fwd(q, k, v, u, window, scale)
         ctx.save_for_backward(q, k, v, u, o, lse)
         ctx.window, ctx.scale = window, scale
@@ -328,7 +326,7 @@ class GatedWindowAttention(torch.autograd.Function):
     @staticmethod
     def backward(ctx, do):
         q, k, v, u, o, lse = ctx.saved_tensors
-        dq, dk, dv, du = attention_bwd(q, k, v, u, o, lse, _head_dim_contiguous(do), ctx.window, ctx.scale)
+        dq, dk, dv, du = attention_bwd(q, k, v, u, o, lse, last_dim_contiguous(do), ctx.window, ctx.scale)
         return dq, dk, dv, du, None, None
 
 

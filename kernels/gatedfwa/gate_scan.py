@@ -19,6 +19,8 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels.layout import last_dim_contiguous
+
 TILE_ELEMS = 4096  # elements of one [BLOCK_T, BLOCK_H] tile
 TARGET_PROGRAMS = 2048  # enough chunks in flight to fill a GPU's memory pipes
 
@@ -124,10 +126,6 @@ def _layout(T: int, B: int, H: int):
     return block_t, block_h, chunk, triton.cdiv(T, chunk)
 
 
-def _last_dim_contiguous(x: torch.Tensor) -> torch.Tensor:
-    return x if x.stride(-1) == 1 else x.contiguous()
-
-
 def _chunk_carry(h, beta, du, eps, B, T, H, layout):
     """Pass 1 and the carry between chunks: (B, H, n_chunks) fp32 sums over the earlier chunks of a
     (forward, du None) or over the later chunks of du (backward); None for a single chunk."""
@@ -179,7 +177,7 @@ class GateCumsum(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, h, beta, eps):
-        h, beta = _last_dim_contiguous(h), _last_dim_contiguous(beta)
+        h, beta = last_dim_contiguous(h), last_dim_contiguous(beta)
         ctx.save_for_backward(h, beta)
         ctx.eps = eps
         return gate_scan_fwd(h, beta, eps)
@@ -187,7 +185,7 @@ class GateCumsum(torch.autograd.Function):
     @staticmethod
     def backward(ctx, du):
         h, beta = ctx.saved_tensors
-        dh, dbeta = gate_scan_bwd(h, beta, _last_dim_contiguous(du.float()), ctx.eps)
+        dh, dbeta = gate_scan_bwd(h, beta, last_dim_contiguous(du.float()), ctx.eps)
         return dh, dbeta.to(beta.dtype), None
 
 

@@ -7,49 +7,32 @@ Here the input gradient still comes from PyTorch's kernel, and the weight and bi
 plain column sums, which PyTorch's reduction kernels do at memory speed. Values are those of
 ``F.layer_norm`` (the same forward kernel); gradients agree to rounding.
 
-``layer_norm(x, weight, bias, eps, backend="auto")``: ``"split"`` uses the split backward, ``"torch"``
-``F.layer_norm``, ``"auto"`` the split backward on CUDA tensors.
+``layer_norm(x, weight, bias, eps, backend="auto")``: ``"split"`` uses the split backward (``split.py``),
+``"naive"`` ``F.layer_norm`` (``naive.py``), ``"auto"`` the split backward on CUDA tensors.
+``kernels.backend.last_backend("layer_norm")`` says which ran.
 """
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
-BACKENDS = ("auto", "split", "torch")
+from kernels.backend import NAIVE, check_backend, record
+from kernels.layer_norm.naive import layer_norm_naive
+from kernels.layer_norm.split import SplitBackwardLayerNorm
 
-
-class _SplitBackwardLayerNorm(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, weight, bias, eps):
-        shape = (x.shape[-1],)
-        out, mean, rstd = torch.native_layer_norm(x, shape, weight, bias, eps)
-        ctx.save_for_backward(x, weight, bias, mean, rstd)
-        return out
-
-    @staticmethod
-    def backward(ctx, grad):
-        x, weight, bias, mean, rstd = ctx.saved_tensors
-        shape = (x.shape[-1],)
-        dx = torch.ops.aten.native_layer_norm_backward(grad, x, shape, mean, rstd, weight, bias,
-                                                      [True, False, False])[0]
-        acc = torch.promote_types(x.dtype, torch.float32)  # sums in float32 at least
-        rows = grad.reshape(-1, shape[0]).to(acc)
-        xhat = (x.reshape(-1, shape[0]).to(acc) - mean.reshape(-1, 1)) * rstd.reshape(-1, 1)
-        dweight = (rows * xhat).sum(0).to(weight.dtype)
-        dbias = rows.sum(0).to(bias.dtype)
-        return dx, dweight, dbias, None
+BACKENDS = ("auto", "split", NAIVE)
 
 
 def layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float = 1e-5,
                backend: str = "auto") -> torch.Tensor:
     """LayerNorm over the last dim of x [..., D] with weight, bias [D]."""
-    if backend not in BACKENDS:
-        raise ValueError(f"backend={backend!r} is not valid: expected one of {', '.join(BACKENDS)}")
-    if backend == "torch" or (backend == "auto" and not x.is_cuda):
-        return F.layer_norm(x, (x.shape[-1],), weight, bias, eps)
+    check_backend(backend, BACKENDS)
+    if backend == NAIVE or (backend == "auto" and not x.is_cuda):
+        record("layer_norm", NAIVE)
+        return layer_norm_naive(x, weight, bias, eps)
+    record("layer_norm", "split")
     if torch.is_autocast_enabled(x.device.type):  # LayerNorm runs in float32 under autocast, as F.layer_norm does
         x, weight, bias = x.float(), weight.float(), bias.float()
-    return _SplitBackwardLayerNorm.apply(x, weight, bias, eps)
+    return SplitBackwardLayerNorm.apply(x, weight, bias, eps)
 
 
 class LayerNorm(torch.nn.LayerNorm):

@@ -4,6 +4,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from kernels.backend import fla_chunks_unreliable
+from kernels.delta_rule import delta_rule
 from kernels.delta_rule.naive import delta_rule_recurrent
 
 
@@ -88,22 +90,17 @@ def relative_error(a, b):
 @pytest.mark.parametrize("T", [64, 100])
 @pytest.mark.parametrize("beta_max", [1.0, 2.0])
 def test_fla_chunk_ops_match_recurrence_on_gpu(T, beta_max):
-    from fla.ops.delta_rule import chunk_delta_rule
-    from fla.ops.gated_delta_rule import chunk_gated_delta_rule
-
-    from zoo.mixers.fastpath import fla_chunks_unreliable
-
     if fla_chunks_unreliable(0):
-        pytest.skip(fla_chunks_unreliable(0))  # zoo uses its recurrence here (see zoo.mixers.fastpath)
+        pytest.skip(fla_chunks_unreliable(0))  # "auto" uses the recurrence here (see kernels.backend)
     torch.manual_seed(0)
     # fla's chunk delta rule takes 16-bit inputs only; the recurrence sees the same rounded values in float32
     low = [t.bfloat16() for t in inputs(2, T, 4, 32, 64, beta_max, device="cuda")]
     q, k, v, beta, g = (t.requires_grad_() for t in low)
     q32, k32, v32, beta32, g32 = (t.detach().float().requires_grad_() for t in low)
     gy = torch.randn_like(v32)
-    cases = [(lambda: chunk_delta_rule(q, k, v, beta, use_qk_l2norm_in_kernel=True)[0], (q, k, v, beta),
+    cases = [(lambda: delta_rule(q, k, v, beta, l2norm_qk=True, backend="fla"), (q, k, v, beta),
               lambda: delta_rule_recurrent(q32, k32, v32, beta32, l2norm_qk=True), (q32, k32, v32, beta32)),
-             (lambda: chunk_gated_delta_rule(q, k, v, g, beta, use_qk_l2norm_in_kernel=True)[0], (q, k, v, beta, g),
+             (lambda: delta_rule(q, k, v, beta, g, l2norm_qk=True, backend="fla"), (q, k, v, beta, g),
               lambda: delta_rule_recurrent(q32, k32, v32, beta32, g32, l2norm_qk=True), (q32, k32, v32, beta32, g32))]
     for fast, wrt, ref, wrt32 in cases:
         got, want = fast(), ref()

@@ -1,9 +1,13 @@
-"""Gated linear attention's recurrence against its closed (quadratic) form, and fla's chunked ops on GPU."""
+"""Gated linear attention's recurrence against its closed (quadratic) form, and fla's chunked ops (gla and
+retention) against it on GPU."""
 import pytest
 import torch
 
+from kernels.backend import fla_chunks_unreliable
+from kernels.gla import gla
 from kernels.gla.naive import gla_recurrent
-from zoo.mixers.retnet import retention_log_decay
+from kernels.retention import retention
+from kernels.retention.naive import retention_log_decay
 
 
 def closed_form(q, k, v, g, scale):
@@ -44,20 +48,13 @@ def relative_error(a, b):
 @pytest.mark.gpu
 @pytest.mark.parametrize("T", [64, 100])
 def test_fla_chunk_ops_match_recurrence_on_gpu(T):
-    from zoo.mixers.fastpath import fla_chunks_unreliable
-
     if fla_chunks_unreliable(0):
-        pytest.skip(fla_chunks_unreliable(0))  # zoo uses its recurrence here (see zoo.mixers.fastpath)
-    from fla.ops.gla import chunk_gla
-    from fla.ops.retention import chunk_retention
-
+        pytest.skip(fla_chunks_unreliable(0))  # "auto" uses the recurrence here (see kernels.backend)
     torch.manual_seed(0)
     q, k, v, g = (t.float().requires_grad_() for t in inputs(2, T, 4, 32, 64, device="cuda"))
     gy = torch.randn_like(v)
-    for fast, ref in ((lambda: chunk_gla(q, k, v, g)[0], lambda: gla_recurrent(q, k, v, g)),
-                      (lambda: chunk_retention(q, k, v)[0],
-                       lambda: gla_recurrent(q, k, v, retention_log_decay(4).cuda()[:, None]))):
-        got, want = fast(), ref()
+    for op, args in ((gla, (q, k, v, g)), (retention, (q, k, v))):
+        got, want = op(*args, backend="fla"), op(*args, backend="naive")
         grads_got = torch.autograd.grad(got, (q, k, v), gy)
         grads_want = torch.autograd.grad(want, (q, k, v), gy)
         assert relative_error(got, want) < 5e-3  # fla's chunks multiply in tf32

@@ -1,20 +1,24 @@
 """Properties of the fla-style linear-attention mixers (gla, deltanet, gated_deltanet, retnet, hgrn2) on CPU,
 and on GPU their fla fast path against the PyTorch reference, with fla's op seen to run."""
 import copy
+import importlib
 
 import pytest
 import torch
 
+from kernels import backend
+from kernels.backend import FLA_CHUNK_MODULES_BROKEN_ON_HOPPER, fast_module, fla_chunks_unreliable
 from zoo.errors import ConfigError
-from zoo.mixers.fastpath import FLA_CHUNK_MODULES_BROKEN_ON_HOPPER, fast_module, fla_chunks_unreliable
 from zoo.model import LanguageModel
 from zoo.registry import check_mixer_kwargs, get_mixer
 from causality import assert_causal
 
-# mixer -> (fla module, op) that its GPU fast path calls
+# mixer -> (fla module, fla op) that its GPU fast path calls, and the kernels entry that calls it
 FLA_OPS = {"gla": ("fla.ops.gla", "chunk_gla"), "deltanet": ("fla.ops.delta_rule", "chunk_delta_rule"),
            "gated_deltanet": ("fla.ops.gated_delta_rule", "chunk_gated_delta_rule"),
            "retnet": ("fla.ops.retention", "chunk_retention"), "hgrn2": ("fla.ops.gla", "chunk_gla")}
+ENTRIES = {"gla": "gla", "deltanet": "delta_rule", "gated_deltanet": "delta_rule", "retnet": "retention",
+           "hgrn2": "gla"}
 MIXERS = list(FLA_OPS)
 
 
@@ -83,8 +87,9 @@ def test_gpu_fast_path_is_fla_and_matches_cpu_reference(mixer, autocast, monkeyp
     module_name, op_name = FLA_OPS[name]
     if module_name in FLA_CHUNK_MODULES_BROKEN_ON_HOPPER and fla_chunks_unreliable(0):
         pytest.skip(fla_chunks_unreliable(0))  # the mixer uses its reference here (tested on CPU)
-    fla = fast_module(module_name, "the GPU test", torch.zeros(1, device="cuda"))
-    assert fla is not None, f"{module_name} not importable on this GPU machine"
+    assert fast_module(module_name, "the GPU test", torch.zeros(1, device="cuda")) is not None, \
+        f"{module_name} not importable on this GPU machine"
+    fla = importlib.import_module(module_name)  # the mixers' fast path looks its functions up here at each call
     calls = []
     op = getattr(fla, op_name)
     monkeypatch.setattr(fla, op_name, lambda *a, **kw: calls.append(1) or op(*a, **kw))
@@ -95,9 +100,11 @@ def test_gpu_fast_path_is_fla_and_matches_cpu_reference(mixer, autocast, monkeyp
     gpu = copy.deepcopy(cpu).cuda()
     ids = torch.randint(0, 256, (3, 100))
     out_cpu = cpu(ids)
+    backend.clear()
     with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
         out_gpu = gpu(ids.cuda())
     assert len(calls) == 2  # one fla call per layer, none on CPU
+    assert backend.last_backend(ENTRIES[name]) == "fla"
     gy = torch.randn_like(out_cpu)
     out_cpu.backward(gy)
     out_gpu.float().backward(gy.cuda())

@@ -4,8 +4,8 @@ import copy
 import pytest
 import torch
 
+from kernels import backend
 from zoo.errors import ConfigError
-from zoo.mixers import fastpath
 from zoo.model import LanguageModel
 from zoo.registry import check_mixer_kwargs, get_mixer
 from causality import assert_causal
@@ -76,18 +76,18 @@ def test_unknown_kwarg_is_rejected():
         check_mixer_kwargs("rwkv", {"d_state": 4})
 
 
-# the op each mixer dispatches and the backends that count as its GPU fast path
-FAST_PATHS = {"hyena": ("hyena.long_conv", {"torch.fft"}), "rwkv": ("rwkv.wkv", {"triton"}),
-              "rwkv7": ("rwkv7.recurrence", {"fla.chunk_rwkv7"}), "mamba": ("mamba.scan", {"mamba_ssm", "triton"}),
-              "mamba2": ("mamba2.ssd", {"ssd_chunked"}), "based": ("based.attention", {"fla.parallel_based"})}
+# the kernels op each mixer calls and the backends that count as its GPU fast path
+FAST_PATHS = {"hyena": ("long_conv", {"fft"}), "rwkv": ("wkv4", {"triton"}), "rwkv7": ("rwkv7", {"fla"}),
+              "mamba": ("selective_scan", {"mamba_ssm", "triton"}), "mamba2": ("ssd", {"chunked"}),
+              "based": ("based", {"fla"})}
 
 
 @pytest.mark.parametrize("mixer", ZOO)
 def test_cpu_runs_the_reference_path(mixer):
-    fastpath.LAST_BACKEND.clear()
+    backend.clear()
     small_model(mixer)(torch.randint(0, 64, (1, 8)))
     op, _ = FAST_PATHS[mixer]
-    assert fastpath.LAST_BACKEND[op] == ("torch.fft" if mixer == "hyena" else fastpath.REFERENCE)  # Hyena: one path
+    assert backend.last_backend(op) == ("fft" if mixer == "hyena" else backend.NAIVE)  # Hyena: FFT on every device
 
 
 def relative_error(a, b):
@@ -106,10 +106,10 @@ def test_gpu_fast_path_matches_cpu_reference(mixer, batch, seq_len, autocast):
     ids = torch.randint(0, 256, (batch, seq_len))
     out_cpu = cpu(ids)
     op, fast = FAST_PATHS[mixer]
-    fastpath.LAST_BACKEND.clear()
+    backend.clear()
     with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
         out_gpu = gpu(ids.cuda())
-    assert fastpath.LAST_BACKEND.get(op) in fast, f"{op} ran on {fastpath.LAST_BACKEND.get(op)}, not {fast}"
+    assert backend.last_backend(op) in fast, f"{op} ran on {backend.last_backend(op)}, not {fast}"
     gy = torch.randn_like(out_cpu)
     out_cpu.backward(gy)
     out_gpu.float().backward(gy.cuda())

@@ -1,7 +1,7 @@
-"""RetNet: rotary positions make q.k depend on the offset only; the decays are the paper's."""
+"""RetNet: rotary positions make q.k depend on the offset only (the decays: tests/kernels/test_retention.py)."""
 import torch
 
-from zoo.mixers.retnet import MultiScaleRetention, retention_log_decay, rotary
+from zoo.mixers.retnet import MultiScaleRetention, rotary
 
 
 def test_rotary_scores_depend_on_offset_only():
@@ -12,10 +12,6 @@ def test_rotary_scores_depend_on_offset_only():
         band = scores.diagonal(offset, dim1=-2, dim2=-1)
         torch.testing.assert_close(band, band[..., :1].expand_as(band), rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(rotary(q)[:, 0], q[:, 0])  # position 0 is not rotated
-
-
-def test_decays_are_one_minus_powers_of_two():
-    torch.testing.assert_close(retention_log_decay(3).exp(), torch.tensor([1 - 1 / 32, 1 - 1 / 64, 1 - 1 / 128]))
 
 
 def test_head_sizes_follow_fla_defaults():

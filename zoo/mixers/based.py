@@ -4,31 +4,18 @@
   ``conv_kernel`` (Zoology's ``base_conv.BaseConv``: no output projection, its own residual);
 * odd ``layer_idx``: causal linear attention with the 2nd-order Taylor feature map
   ``phi(q).phi(k) = 1 + s + s^2/2``, ``s = q.k / sqrt(feature_dim)``, normalized by the running sum
-  of those weights (Zoology's ``based.Based``, ``train_view="quadratic"``). GPU: fla's
-  ``parallel_based``; CPU: ``based_attention_ref`` (quadratic, exact).
+  of those weights (Zoology's ``based.Based``, ``train_view="quadratic"``), ``kernels.based``: fla's
+  ``parallel_based`` on GPU, the exact quadratic form on CPU.
 """
 from __future__ import annotations
 
 import torch
 from torch import nn
 
+from kernels.based import based_attention
 from zoo.errors import ConfigError
-from zoo.mixers.fastpath import REFERENCE, fast_module, record
 from zoo.mixers.short_conv import ShortConv
 from zoo.registry import register_mixer
-
-EPS = 1e-12  # Zoology's; the normalizer is >= 1/2 per visible key, so it only guards an empty sum
-
-
-def based_attention_ref(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """Normalized causal Taylor linear attention in its quadratic form.
-
-    q, k: (B, L, H, F); v: (B, L, H, Dv) -> (B, L, H, Dv).
-    """
-    s = torch.einsum("blhf,bmhf->bhlm", q.float(), k.float()) * q.shape[-1] ** -0.5
-    a = (1 + s + 0.5 * s * s).tril()
-    o = torch.einsum("bhlm,bmhd->blhd", a, v.float()) / (a.sum(-1).transpose(1, 2)[..., None] + EPS)
-    return o.to(v.dtype)
 
 
 class BaseConv(nn.Module):
@@ -62,13 +49,7 @@ class TaylorLinearAttention(nn.Module):
         q = self.q_proj(x).view(B, L, self.h, self.f)
         k = self.k_proj(x).view(B, L, self.h, self.f)
         v = self.v_proj(x).view(B, L, self.h, D // self.h)
-        fla = fast_module("fla.ops.based", "based on GPU (falls back to the quadratic PyTorch reference)", x)
-        if fla is not None:
-            record("based.attention", "fla.parallel_based")
-            o = fla.parallel_based(q, k, v, scale=self.f ** -0.5, use_norm=True)
-        else:
-            record("based.attention", REFERENCE)
-            o = based_attention_ref(q, k, v)
+        o = based_attention(q, k, v)
         return self.o_proj(o.reshape(B, L, D))
 
     def state_numel(self) -> int:

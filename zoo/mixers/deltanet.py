@@ -9,8 +9,8 @@ Both layers, per head::
 
 with a_t = 1 (DeltaNet) or a_t = exp(-exp(A_log) softplus(x W_a + dt_bias)) (Gated DeltaNet), and
 ``conv`` a causal depthwise convolution of length 4. Outputs: DeltaNet ``W_o RMSNorm_head(o)``; Gated
-DeltaNet ``W_o (RMSNorm_head(o) * swish(x W_g))``. GPU: fla's ``chunk_delta_rule`` /
-``chunk_gated_delta_rule``; CPU: ``kernels.delta_rule.naive.delta_rule_recurrent``.
+DeltaNet ``W_o (RMSNorm_head(o) * swish(x W_g))``. The recurrence is ``kernels.delta_rule``: fla's
+``chunk_delta_rule`` / ``chunk_gated_delta_rule`` on GPU, the PyTorch recurrence on CPU.
 
 ``negative_eigenvalues=True`` doubles beta to (0, 2), so the transition along k_t, 1 - beta_t, reaches
 into (-1, 1): fla's ``allow_neg_eigval``, from Grazzi et al. 2024, which lets one layer track parity.
@@ -23,9 +23,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from kernels.delta_rule.naive import delta_rule_recurrent
+from kernels.delta_rule import delta_rule
 from zoo.errors import ConfigError
-from zoo.mixers.fastpath import fast_module
 from zoo.mixers.linear_blocks import HeadRMSNorm, check_num_heads, expanded_dim
 from zoo.mixers.short_conv import ShortConv
 from zoo.registry import register_mixer
@@ -74,19 +73,7 @@ class DeltaRuleLayer(nn.Module):
         k = F.silu(self.k_conv(self.k_proj(x))).view(B, L, H, -1)
         v = F.silu(self.v_conv(self.v_proj(x))).view(B, L, H, -1)
         beta = torch.sigmoid(self.b_proj(x).float()) * (2 if self.negative_eigenvalues else 1)
-        g = self.log_decay(x)
-        if g is None:
-            fla = fast_module("fla.ops.delta_rule", "deltanet on GPU (falls back to the PyTorch recurrence)", x)
-            if fla is not None:
-                o, _ = fla.chunk_delta_rule(q=q, k=k, v=v, beta=beta.to(q.dtype), use_qk_l2norm_in_kernel=True)
-        else:
-            fla = fast_module("fla.ops.gated_delta_rule",
-                              "gated_deltanet on GPU (falls back to the PyTorch recurrence)", x)
-            if fla is not None:
-                o, _ = fla.chunk_gated_delta_rule(q=q, k=k, v=v, g=g, beta=beta.to(q.dtype),
-                                                  use_qk_l2norm_in_kernel=True)
-        if fla is None:
-            o = delta_rule_recurrent(q, k, v, beta, g, l2norm_qk=True)
+        o = delta_rule(q, k, v, beta, self.log_decay(x), l2norm_qk=True)
         gate = None if self.g_proj is None else self.g_proj(x).view(B, L, H, -1)
         o = self.o_norm(o, gate)
         return self.o_proj(o.reshape(B, L, self.value_dim))

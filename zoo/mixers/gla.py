@@ -7,7 +7,7 @@ Per head, with a data-dependent forget gate per key channel::
     S_t = diag(exp(g_t)) S_{t-1} + k_t v_t^T,  o_t = K^-1/2 S_t^T q_t
     y = W_o (RMSNorm_head(o) * swish(x W_r))
 
-GPU: fla's ``chunk_gla``; CPU: ``kernels.gla.naive.gla_recurrent``. fla's defaults throughout (no
+``kernels.gla``: fla's ``chunk_gla`` on GPU, the PyTorch recurrence on CPU. fla's defaults throughout (no
 feature map, no short convolution, fused norm and swish output gate).
 """
 from __future__ import annotations
@@ -16,9 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from kernels.gla.naive import gla_recurrent
+from kernels.gla import gla
 from zoo.errors import ConfigError
-from zoo.mixers.fastpath import fast_module
 from zoo.mixers.linear_blocks import HeadRMSNorm, check_num_heads, expanded_dim
 from zoo.registry import register_mixer
 
@@ -65,11 +64,7 @@ class GatedLinearAttention(nn.Module):
         k = self.k_proj(x).view(B, L, H, -1)
         v = self.v_proj(x).view(B, L, H, -1)
         gk = (F.logsigmoid(self.gk_proj(x).float()) / self.gate_logit_normalizer).view(B, L, H, -1)
-        fla = fast_module("fla.ops.gla", "gla on GPU (falls back to the PyTorch recurrence)", x)
-        if fla is not None:
-            o, _ = fla.chunk_gla(q=q, k=k, v=v, g=gk)
-        else:
-            o = gla_recurrent(q, k, v, gk)
+        o = gla(q, k, v, gk)
         o = self.o_norm(o, self.g_proj(x).view(B, L, H, -1))
         return self.o_proj(o.reshape(B, L, self.value_dim))
 

@@ -7,7 +7,7 @@ gate (k = 1 - f). Per head, with F = expand_ratio forget channels and I = D / H 
     S_t = diag(exp(g_t)) S_{t-1} + (1 - exp(g_t)) i_t^T,  o_t = F^-1/2 S_t^T q_t
     y = W_o RMSNorm(o)   (one RMSNorm over all D channels)
 
-GPU: fla's ``chunk_gla``; CPU: ``kernels.gla.naive.gla_recurrent``.
+``kernels.gla``: fla's ``chunk_gla`` on GPU, the PyTorch recurrence on CPU.
 
 Deviations from fla, on purpose:
 
@@ -23,9 +23,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from kernels.gla.naive import gla_recurrent
+from kernels.gla import gla
 from zoo.errors import ConfigError
-from zoo.mixers.fastpath import fast_module
 from zoo.mixers.linear_blocks import HeadRMSNorm
 from zoo.registry import register_mixer
 
@@ -64,11 +63,7 @@ class HGRN2(nn.Module):
         i = self.i_proj(x).view(B, L, H, -1)
         g = F.logsigmoid(self.f_proj(x).float()).view(B, L, H, -1)
         k = (1 - g.exp()).to(i.dtype)  # the input gate, tied to the forget gate
-        fla = fast_module("fla.ops.gla", "hgrn2 on GPU (falls back to the PyTorch recurrence)", x)
-        if fla is not None:
-            o, _ = fla.chunk_gla(q=q, k=k, v=i, g=g)
-        else:
-            o = gla_recurrent(q, k, i, g)
+        o = gla(q, k, i, g)
         return self.o_proj(self.g_norm(o.reshape(B, L, D)))
 
     def state_size(self, seq_len: int) -> int:

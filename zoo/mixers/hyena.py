@@ -4,8 +4,8 @@ Per layer: ``in_proj`` D -> 3D, a depthwise causal conv of length ``short_filter
 streams ``(x1, x2, v)``, then ``y = x2 * (h * (x1 * v))`` where ``h`` is a length-L filter per channel
 produced by a small MLP (shared-frequency ``sin`` activations) from positional features and modulated
 by an exponential decay; ``*`` with ``h`` is a causal convolution done by FFT with 2L zero padding,
-plus a per-channel skip ``bias``. Finally ``out_proj``. The same code runs on CPU and GPU (the FFT is
-the fast path).
+plus a per-channel skip ``bias`` (``kernels.long_conv``). Finally ``out_proj``. The same FFT path runs
+on CPU and GPU.
 """
 from __future__ import annotations
 
@@ -14,23 +14,10 @@ import math
 import torch
 from torch import nn
 
+from kernels.long_conv import long_conv
 from zoo.errors import ConfigError
-from zoo.mixers.fastpath import record
 from zoo.mixers.short_conv import ShortConv
 from zoo.registry import register_mixer
-
-
-def fft_causal_conv(u: torch.Tensor, h: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
-    """``y[t] = sum_{s<=t} h[t-s] u[s] + bias * u[t]`` per channel, by FFT in float32.
-
-    u: (B, L, D); h: (L, D); bias: (D,) -> (B, L, D) in u's dtype.
-    """
-    L = u.shape[1]
-    n = 2 * L  # zero padding to 2L turns the FFT's circular convolution into a causal linear one
-    uf = torch.fft.rfft(u.float(), n=n, dim=1)
-    hf = torch.fft.rfft(h.float(), n=n, dim=0)
-    y = torch.fft.irfft(uf * hf, n=n, dim=1)[:, :L]
-    return (y + u.float() * bias.float()).to(u.dtype)
 
 
 class Sin(nn.Module):
@@ -120,8 +107,7 @@ class Hyena(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x1, x2, v = self.short_conv(self.in_proj(x)).chunk(3, dim=-1)
-        record("hyena.long_conv", "torch.fft")  # one path on every device
-        y = fft_causal_conv(x1 * v, self.filter(x.shape[1]), self.filter_bias)
+        y = long_conv(x1 * v, self.filter(x.shape[1]), self.filter_bias)
         return self.out_proj(x2 * y)
 
     def state_size(self, seq_len: int) -> int:

@@ -1,10 +1,10 @@
 """Mamba-1 block (Gu and Dao 2023): expand, causal conv, input-dependent (dt, B, C), selective scan, gate.
 
     x, z = in_proj(u);  x = silu(conv(x));  dt, B, C = x_proj(x);  dt = softplus(dt_proj(dt) + dt_bias)
-    y = scan(x, dt, A, B, C) + D * x;  out = out_proj(y * silu(z))
+    y = selective_scan(x, dt, A, B, C) + D * x;  out = out_proj(y * silu(z))
 
-GPU: mamba-ssm's fused ``selective_scan_fn`` where its extension imports, else our Triton scan
-(``kernels/selective_scan``); CPU: the PyTorch recurrence.
+The scan is ``kernels.selective_scan``: on GPU mamba-ssm's fused ``selective_scan_fn`` where its extension
+imports, else our Triton scan; on CPU the PyTorch recurrence.
 """
 from __future__ import annotations
 
@@ -14,25 +14,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from kernels.selective_scan.naive import selective_scan_naive
+from kernels.selective_scan import selective_scan
 from zoo.errors import ConfigError
-from zoo.mixers.fastpath import REFERENCE, fast_module, record
 from zoo.mixers.short_conv import ShortConv
 from zoo.registry import register_mixer
-
-
-def scan(u: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor) -> torch.Tensor:
-    """Selective scan, ``selective_scan_naive``'s signature: u, dt: (Bt, L, E); A: (E, N); B, C: (Bt, L, N)."""
-    ssm = fast_module("mamba_ssm.ops.selective_scan_interface", "mamba's fused scan (uses our Triton scan)", u)
-    if ssm is not None:
-        record("mamba.scan", "mamba_ssm")
-        y = ssm.selective_scan_fn(u.transpose(1, 2).contiguous(), dt.transpose(1, 2).contiguous(), A.float(),
-                                  B.transpose(1, 2).contiguous(), C.transpose(1, 2).contiguous())
-        return y.transpose(1, 2)
-    fused = fast_module("kernels.selective_scan.fused_recurrent", "mamba on GPU (falls back to the PyTorch "
-                        "recurrence)", u)
-    record("mamba.scan", REFERENCE if fused is None else "triton")
-    return selective_scan_naive(u, dt, A, B, C) if fused is None else fused.selective_scan(u, dt, A, B, C)
 
 
 @register_mixer("mamba")
@@ -79,7 +64,7 @@ class Mamba(nn.Module):
         x = F.silu(self.conv(x))
         dt, B, C = self.x_proj(x).split([self.dt_rank, self.d_state, self.d_state], dim=-1)
         dt = F.softplus(self.dt_proj(dt).float() + self.dt_bias)
-        y = scan(x, dt, -torch.exp(self.A_log.float()), B, C) + x.float() * self.D
+        y = selective_scan(x, dt, -torch.exp(self.A_log.float()), B, C) + x.float() * self.D
         return self.out_proj((y * F.silu(z.float())).to(u.dtype))
 
     def state_size(self, seq_len: int) -> int:

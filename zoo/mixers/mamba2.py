@@ -5,8 +5,8 @@ Per head ``h`` (head dim P) and state size N::
     S_t = exp(dt_t A_h) S_{t-1} + dt_t B_t x_t^T      S: (N, P)
     y_t = S_t^T C_t + D_h x_t
 
-GPU: ``ssd_chunked``, the chunked SSD algorithm in batched matmuls (fla's ``chunk_simple_gla`` computes the
-same but refuses Hopper GPUs with Triton < 3.7.1); CPU: ``ssd_ref``, the exact quadratic form.
+The scan is ``kernels.ssd.ssd``: on GPU the chunked SSD algorithm in batched matmuls, on CPU the exact
+quadratic form.
 """
 from __future__ import annotations
 
@@ -16,62 +16,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from kernels.ssd import ssd
 from zoo.errors import ConfigError
-from zoo.mixers.fastpath import REFERENCE, record
 from zoo.mixers.short_conv import ShortConv
 from zoo.registry import register_mixer
-
-
-def ssd_ref(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor) -> torch.Tensor:
-    """``y_t = sum_{s<=t} (C_t . B_s) exp(sum_{s<r<=t} dt_r A) dt_s x_s`` per head, in float32.
-
-    x: (Bt, L, H, P); dt: (Bt, L, H) positive; A: (H,) negative; B, C: (Bt, L, N) -> (Bt, L, H, P).
-    """
-    L = x.shape[1]
-    g = torch.cumsum(dt.float() * A.float(), dim=1).transpose(1, 2)  # (Bt, H, L) log decay so far
-    causal = torch.ones(L, L, dtype=torch.bool, device=x.device).tril()
-    decay = torch.exp((g[..., :, None] - g[..., None, :]).masked_fill(~causal, -torch.inf))  # (Bt, H, L, L)
-    scores = torch.einsum("bln,bmn->blm", C.float(), B.float())[:, None] * decay
-    y = torch.einsum("bhlm,bmhp->blhp", scores, x.float() * dt.float()[..., None])
-    return y.to(x.dtype)
-
-
-def ssd_chunked(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor,
-                chunk: int = 64) -> torch.Tensor:
-    """``ssd_ref``'s result by chunks of ``chunk`` steps, all in batched matmuls (no loop over time):
-    the quadratic form inside each chunk, plus the states entering each chunk, which one decayed sum
-    over earlier chunks' end states gives.
-
-    x: (Bt, L, H, P); dt: (Bt, L, H); A: (H,); B, C: (Bt, L, N) -> (Bt, L, H, P).
-    """
-    Bt, L, H, P = x.shape
-    pad = -L % chunk
-    if pad:
-        x, dt, B, C = (F.pad(t, (0, 0) * (t.dim() - 2) + (0, pad)) for t in (x, dt, B, C))
-    nc = x.shape[1] // chunk
-    xdt = (x.float() * dt.float()[..., None]).view(Bt, nc, chunk, H, P)
-    B, C = B.float().view(Bt, nc, chunk, -1), C.float().view(Bt, nc, chunk, -1)
-    g = torch.cumsum((dt.float() * A.float()).view(Bt, nc, chunk, H), dim=2).permute(0, 1, 3, 2)  # (Bt, nc, H, T)
-    causal = torch.ones(chunk, chunk, dtype=torch.bool, device=x.device).tril()
-    decay = torch.exp((g[..., :, None] - g[..., None, :]).masked_fill(~causal, -torch.inf))  # (Bt, nc, H, T, T)
-    scores = torch.einsum("bctn,bcsn->bcts", C, B)[:, :, None] * decay
-    y = torch.einsum("bchts,bcshp->bcthp", scores, xdt)
-    # state at the end of each chunk from its own inputs: sum_s exp(g_last - g_s) B_s (dt_s x_s)^T
-    ends = torch.einsum("bchs,bcsn,bcshp->bchnp", torch.exp(g[..., -1:] - g), B, xdt)
-    # state entering chunk c: sum_{c' < c} exp(total decay of chunks c'+1 .. c-1) ends[c']
-    last = F.pad(torch.cumsum(g[..., -1], dim=1), (0, 0, 1, 0))  # (Bt, nc+1, H): decay up to each chunk start
-    earlier = torch.ones(nc, nc, dtype=torch.bool, device=x.device).tril(-1)
-    between = (last[:, :-1, None] - last[:, None, 1:]).permute(0, 3, 1, 2)  # (Bt, H, c, c'): start c minus end c'
-    weights = torch.exp(between.masked_fill(~earlier, -torch.inf))
-    entering = torch.einsum("bhij,bjhnp->bihnp", weights, ends)
-    y = y + torch.einsum("bctn,bcht,bchnp->bcthp", C, torch.exp(g), entering)
-    return y.reshape(Bt, nc * chunk, H, P)[:, :L].to(x.dtype)
-
-
-def ssd(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor) -> torch.Tensor:
-    """SSD scan with ``ssd_ref``'s signature: the chunked form on GPU, the quadratic reference on CPU."""
-    record("mamba2.ssd", "ssd_chunked" if x.is_cuda else REFERENCE)
-    return ssd_chunked(x, dt, A, B, C) if x.is_cuda else ssd_ref(x, dt, A, B, C)
 
 
 class GatedRMSNorm(nn.Module):

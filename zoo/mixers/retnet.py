@@ -6,8 +6,8 @@ Per head h, a fixed decay gamma_h = 1 - 2^(-5-h) and rotary positions on q and k
     S_t = gamma_h S_{t-1} + k_t v_t^T,  o_t = K^-1/2 S_t^T q_t
     y = W_o (RMSNorm_head(o) * swish(x W_g))
 
-i.e. gated linear attention with a constant gate. GPU: fla's ``chunk_retention``; CPU:
-``kernels.gla.naive.gla_recurrent``. fla's defaults throughout (8 heads, expand_k 1, expand_v 2, no
+i.e. gated linear attention with a constant gate, ``kernels.retention``: fla's ``chunk_retention`` on GPU,
+the PyTorch recurrence on CPU. fla's defaults throughout (8 heads, expand_k 1, expand_v 2, no
 feature map, no short convolution, fused norm and swish output gate, rotary base 10000, not interleaved).
 """
 from __future__ import annotations
@@ -15,16 +15,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from kernels.gla.naive import gla_recurrent
+from kernels.retention import retention
 from zoo.errors import ConfigError
-from zoo.mixers.fastpath import fast_module
 from zoo.mixers.linear_blocks import HeadRMSNorm, check_num_heads, expanded_dim
 from zoo.registry import register_mixer
-
-
-def retention_log_decay(num_heads: int) -> torch.Tensor:
-    """log gamma_h = log(1 - 2^(-5-h)) for h = 0 .. H-1: [H]."""
-    return torch.log1p(-torch.exp2(-5.0 - torch.arange(num_heads, dtype=torch.float64))).float()
 
 
 def rotary(x: torch.Tensor, base: float = 10000.0) -> torch.Tensor:
@@ -71,11 +65,7 @@ class MultiScaleRetention(nn.Module):
         q = rotary(self.q_proj(x).view(B, L, H, -1))
         k = rotary(self.k_proj(x).view(B, L, H, -1))
         v = self.v_proj(x).view(B, L, H, -1)
-        fla = fast_module("fla.ops.retention", "retnet on GPU (falls back to the PyTorch recurrence)", x)
-        if fla is not None:
-            o, _ = fla.chunk_retention(q=q, k=k, v=v)
-        else:
-            o = gla_recurrent(q, k, v, retention_log_decay(H).to(x.device)[:, None])
+        o = retention(q, k, v)
         o = self.o_norm(o, self.g_proj(x).view(B, L, H, -1))
         return self.o_proj(o.reshape(B, L, self.value_dim))
 

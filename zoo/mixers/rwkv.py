@@ -2,8 +2,8 @@
 
 Token shift mixes each token with the previous one, then ``k, v, r`` projections, the WKV operator
 (``kernels/wkv4``: a per-channel decayed, normalized average of past values with a bonus ``u`` for
-the current token), the receptance gate ``sigmoid(r)`` and the ``output`` projection. GPU: our Triton
-WKV; CPU: the PyTorch recurrence. Definition and initialisation follow Zoology's ``RWKVTimeMixer``
+the current token), the receptance gate ``sigmoid(r)`` and the ``output`` projection. ``kernels.wkv4``:
+our Triton WKV on GPU, the PyTorch recurrence on CPU. Definition and initialisation follow Zoology's ``RWKVTimeMixer``
 (RWKV-LM's v4 time mixing).
 """
 from __future__ import annotations
@@ -14,16 +14,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from kernels.wkv4.naive import wkv4_naive
-from zoo.mixers.fastpath import REFERENCE, fast_module, record
+from kernels.wkv4 import wkv4
 from zoo.registry import register_mixer
-
-
-def wkv(w: torch.Tensor, u: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """WKV: w, u: (C,); k, v: (B, L, C) -> float32 (B, L, C); Triton on GPU, the recurrence elsewhere."""
-    fused = fast_module("kernels.wkv4.fused_recurrent", "rwkv on GPU (falls back to the PyTorch recurrence)", k)
-    record("rwkv.wkv", REFERENCE if fused is None else "triton")
-    return wkv4_naive(w, u, k, v) if fused is None else fused.wkv4(w, u, k, v)
 
 
 def depth_ratios(layer_idx: int, n_layers: int) -> tuple[float, float]:
@@ -65,7 +57,7 @@ class RWKV4(nn.Module):
         xk = torch.lerp(prev, x, self.time_mix_k.to(x.dtype))
         xv = torch.lerp(prev, x, self.time_mix_v.to(x.dtype))
         xr = torch.lerp(prev, x, self.time_mix_r.to(x.dtype))
-        y = wkv(torch.exp(self.time_decay.float()), self.time_first.float(), self.key(xk), self.value(xv))
+        y = wkv4(torch.exp(self.time_decay.float()), self.time_first.float(), self.key(xk), self.value(xv))
         return self.output(torch.sigmoid(self.receptance(xr)) * y.to(x.dtype))
 
     def state_size(self, seq_len: int) -> int:

@@ -6,7 +6,8 @@ Per head, with state S: (K, V) and per-step log decay w_t < 0::
     a_t = -kk_t, b_t = kk_t * iclr_t   (kk: normalized key, iclr: in-context learning rate)
 
 Layer 0's values ``v_first`` travel to later layers through the model's ``layer_state`` dict and are
-mixed into their values. GPU: fla's ``chunk_rwkv7``; CPU: ``rwkv7_recurrence_ref``.
+mixed into their values. The recurrence is ``kernels.rwkv7.rwkv7``: fla's ``chunk_rwkv7`` on GPU, the
+PyTorch recurrence on CPU.
 """
 from __future__ import annotations
 
@@ -16,27 +17,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from kernels.rwkv7 import rwkv7
 from zoo.errors import ConfigError
-from zoo.mixers.fastpath import REFERENCE, fast_module, record
 from zoo.registry import register_mixer
 
 W_SCALE = 0.6065306597126334  # exp(-0.5): per-step log decay lies in (-W_SCALE, 0)
-
-
-def rwkv7_recurrence_ref(r, w, k, v, a, b) -> torch.Tensor:
-    """The state recurrence above, step by step in float32.
-
-    r, w, k, a, b: (B, L, H, K); v: (B, L, H, V) -> o: (B, L, H, V).
-    """
-    r, w, k, v, a, b = (t.float() for t in (r, w, k, v, a, b))
-    Bt, L, H, K = r.shape
-    S = r.new_zeros(Bt, H, K, v.shape[-1])
-    out = []
-    for t in range(L):
-        sa = torch.einsum("bhk,bhkv->bhv", a[:, t], S)
-        S = S * torch.exp(w[:, t])[..., None] + b[:, t, :, :, None] * sa[:, :, None] + k[:, t, :, :, None] * v[:, t, :, None]
-        out.append(torch.einsum("bhk,bhkv->bhv", r[:, t], S))
-    return torch.stack(out, dim=1)
 
 
 class LoRA(nn.Module):
@@ -153,14 +138,7 @@ class RWKV7(nn.Module):
         kk = F.normalize((k * self.k_k).view(Bt, L, H, K).float(), dim=-1).to(k.dtype)
         k = k * (1 + (a - 1) * self.k_a)
         r, k, v, a, w = (t.view(Bt, L, H, K) for t in (r, k, v, a, w))
-        fla = fast_module("fla.ops.rwkv7", "rwkv7 on GPU (falls back to the PyTorch recurrence)", x)
-        if fla is not None:
-            record("rwkv7.recurrence", "fla.chunk_rwkv7")
-            o, _ = fla.chunk_rwkv7(r=r, w=w.to(r.dtype), k=k, v=v, a=-kk, b=kk * a, scale=1.0, safe_gate=True,
-                                   lower_bound=-W_SCALE, chunk_size=64)
-        else:
-            record("rwkv7.recurrence", REFERENCE)
-            o = rwkv7_recurrence_ref(r, w, k, v, -kk, kk * a)
+        o = rwkv7(r, w, k, v, -kk, kk * a, w_min=-W_SCALE)
         o = self.g_norm(o.reshape(Bt * L, D).float()).view(Bt, L, H, K)
         o = o + (r * k * self.r_k).sum(-1, keepdim=True).float() * v.float()  # the "bonus" of the current token
         return self.o_proj((o.reshape(Bt, L, D) * g.float()).to(x.dtype))

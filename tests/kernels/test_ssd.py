@@ -1,7 +1,8 @@
-"""Mamba-2's quadratic SSD reference against the state recurrence."""
+"""Mamba-2's SSD: the quadratic reference against the state recurrence, the chunked form against the reference."""
 import torch
 
-from zoo.mixers.mamba2 import ssd_chunked, ssd_ref
+from kernels.ssd.chunked import ssd_chunked
+from kernels.ssd.naive import ssd_naive
 
 
 def test_ssd_matches_recurrence():
@@ -16,7 +17,7 @@ def test_ssd_matches_recurrence():
     for t in range(L):
         S = torch.exp(dt[:, t] * A)[..., None, None] * S + dt[:, t, :, None, None] * B[:, t, None, :, None] * x[:, t, :, None, :]
         want.append(torch.einsum("bhnp,bn->bhp", S, C[:, t]))
-    torch.testing.assert_close(ssd_ref(x, dt, A, B, C).double(), torch.stack(want, dim=1), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(ssd_naive(x, dt, A, B, C).double(), torch.stack(want, dim=1), rtol=1e-5, atol=1e-5)
 
 
 def test_chunked_matches_quadratic():
@@ -26,4 +27,4 @@ def test_chunked_matches_quadratic():
     dt = torch.rand(Bt, L, H, dtype=torch.float64) + 0.05
     A = -torch.rand(H, dtype=torch.float64) * 2
     B, C = torch.randn(Bt, L, N, dtype=torch.float64), torch.randn(Bt, L, N, dtype=torch.float64)
-    torch.testing.assert_close(ssd_chunked(x, dt, A, B, C, chunk=8), ssd_ref(x, dt, A, B, C), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(ssd_chunked(x, dt, A, B, C, chunk=8), ssd_naive(x, dt, A, B, C), rtol=1e-5, atol=1e-5)

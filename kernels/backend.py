@@ -1,0 +1,123 @@
+"""How every kernels entry picks its backend, and the record of which backend each op last ran.
+
+An entry ``op(..., backend="auto")`` takes ``"naive"`` (the plain PyTorch reference in its ``naive.py``,
+runs anywhere), each of its fast paths by name (``"triton"``, ``"fla"``, ``"mamba_ssm"``, ...), or
+``"auto"``: the entry's fast path for CUDA tensors where it imports (and, for fla's chunk ops, works
+on this GPU), else the reference. A fast path named explicitly is imported without fallback, so a missing
+package raises. Each call ends in ``record(op, backend)``; ``last_backend(op)`` then says which backend ran,
+so GPU tests can check that the fast path really did.
+"""
+from __future__ import annotations
+
+import functools
+import importlib
+import logging
+
+import torch
+
+log = logging.getLogger("zoo")
+
+NAIVE = "naive"
+_LAST: dict[str, str] = {}
+
+
+def check_backend(backend: str, allowed: tuple[str, ...]) -> None:
+    """ValueError naming the allowed values unless ``backend`` is one of them."""
+    if backend not in allowed:
+        raise ValueError(f"backend={backend!r} is not valid: expected one of {', '.join(allowed)}")
+
+
+def record(op: str, backend: str) -> None:
+    """Note that ``op`` (e.g. ``"wkv4"``) just ran on ``backend``."""
+    _LAST[op] = backend
+
+
+def last_backend(op: str) -> str | None:
+    """The backend of ``op``'s last call, or None if it has not run since :func:`clear`."""
+    return _LAST.get(op)
+
+
+def clear() -> None:
+    """Forget every record (before a run whose backends a test checks)."""
+    _LAST.clear()
+
+
+@functools.cache
+def optional_import(module: str, purpose: str):
+    """Import ``module`` or return None, saying once (per module) what falls back to the reference.
+
+    Catches every ``ImportError``: packages such as mamba-ssm install but fail to import when their
+    compiled extension does not match the installed torch.
+    """
+    try:
+        return importlib.import_module(module)
+    except ImportError as err:
+        log.warning("zoo: %s not importable (%s); %s", module, err, purpose)
+        return None
+
+
+# fla's chunk kernels are wrong on Hopper GPUs with Triton >= 3.4 and < 3.7.1 (fla issue #640; fla itself
+# refuses chunk_gated_delta_rule's backward there). Measured on an H100 with Triton 3.6 and fla 0.6.0:
+# chunk_retention's backward hit an illegal memory access, chunk_gla did not finish a test in 200 s, and
+# chunk_delta_rule was off by 35% (relative, beta up to 2) or hit an illegal memory access.
+FLA_CHUNK_MODULES_BROKEN_ON_HOPPER = ("fla.ops.gla", "fla.ops.retention", "fla.ops.gated_delta_rule",
+                                      "fla.ops.delta_rule")
+
+
+@functools.cache
+def fla_chunks_unreliable(device_index: int) -> str | None:
+    """Why fla's chunk ops cannot be trusted on this GPU, or None when they can."""
+    import triton
+
+    version = tuple(int(p) for p in triton.__version__.split("+")[0].split(".")[:3])
+    if torch.cuda.get_device_capability(device_index)[0] == 9 and (3, 4, 0) <= version < (3, 7, 1):
+        return f"fla's chunk kernels are unreliable on Hopper GPUs with Triton {triton.__version__} (fla #640)"
+    return None
+
+
+@functools.cache
+def _say_once(name: str, reason: str, purpose: str) -> None:
+    log.warning("zoo: %s not used: %s; %s", name, reason, purpose)
+
+
+def fast_module(name: str, purpose: str, x: torch.Tensor):
+    """``"auto"``'s choice: the module ``name`` if ``x`` lives on a GPU and ``name`` imports (and, for fla's
+    chunk ops, works on this GPU), else None (the reference path), as an :class:`Opaque` module.
+
+    ``purpose`` completes the single log line printed when the fast path is not used, e.g.
+    "rwkv7 on GPU (falls back to the PyTorch recurrence)".
+    """
+    if not x.is_cuda:
+        return None
+    if name in FLA_CHUNK_MODULES_BROKEN_ON_HOPPER:
+        reason = fla_chunks_unreliable(x.device.index or 0)
+        if reason:
+            _say_once(name, reason, purpose)
+            return None
+    module = optional_import(name, purpose)
+    return None if module is None else Opaque(module)
+
+
+class Opaque:
+    """A fast-path module whose functions ``torch.compile`` calls as they are instead of tracing them: Inductor
+    cannot fuse anything into a hand-written kernel, and compiling a model around some of them failed (fla's
+    ``parallel_based`` and GatedFWA's kernels on an H100, torch 2.11, Triton 3.6: InductorError)."""
+
+    def __init__(self, module):
+        self._module = module
+
+    def __getattr__(self, name: str):
+        attr = getattr(self._module, name)
+        return torch.compiler.disable(attr) if callable(attr) else attr
+
+
+def fast_path(backend: str, fast: str, module: str, x: torch.Tensor, purpose: str):
+    """The module of the fast path named ``fast`` for this call, or None for another backend.
+
+    ``backend == fast`` imports ``module`` (raising if it cannot); ``"auto"`` asks :func:`fast_module`.
+    """
+    if backend == fast:
+        return Opaque(importlib.import_module(module))
+    if backend == "auto":
+        return fast_module(module, purpose, x)
+    return None

@@ -1,0 +1,28 @@
+"""Hyena's long causal convolution: a length-L filter per channel plus a per-channel skip.
+
+``long_conv(u, h, bias, backend="auto")``: ``"fft"`` (``fft.py``, FFT with 2L zero padding),
+``"naive"`` (``naive.py``, the direct causal sum) or ``"auto"``, which is the FFT on every device (as
+Zoology computes it, so CPU and GPU runs take the same path). ``kernels.backend.last_backend("long_conv")``
+says which ran.
+"""
+from __future__ import annotations
+
+import torch
+
+from kernels.backend import NAIVE, check_backend, record
+from kernels.long_conv.fft import fft_causal_conv
+from kernels.long_conv.naive import long_conv_naive
+
+BACKENDS = ("auto", "fft", NAIVE)
+
+
+def long_conv(u: torch.Tensor, h: torch.Tensor, bias: torch.Tensor, backend: str = "auto") -> torch.Tensor:
+    """u: (B, L, D); h: (L, D) filter taps; bias: (D,) -> ``y[t] = sum_{s<=t} h[t-s] u[s] + bias * u[t]``,
+    (B, L, D) in u's dtype."""
+    check_backend(backend, BACKENDS)
+    fft = backend != NAIVE
+    record("long_conv", "fft" if fft else NAIVE)
+    return fft_causal_conv(u, h, bias) if fft else long_conv_naive(u, h, bias)
+
+
+__all__ = ["long_conv", "BACKENDS"]

@@ -1,0 +1,27 @@
+"""Mamba-2's SSD scan: scalar-per-head decay, one group of B and C.
+
+``ssd(x, dt, A, B, C, backend="auto")``: ``"chunked"`` (``chunked.py``, the chunked algorithm in
+batched matmuls), ``"naive"`` (``naive.py``, the exact quadratic form) or ``"auto"`` (chunked for CUDA
+tensors, the quadratic form elsewhere). ``kernels.backend.last_backend("ssd")`` says which ran.
+"""
+from __future__ import annotations
+
+import torch
+
+from kernels.backend import NAIVE, check_backend, record
+from kernels.ssd.chunked import ssd_chunked
+from kernels.ssd.naive import ssd_naive
+
+BACKENDS = ("auto", "chunked", NAIVE)
+
+
+def ssd(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor,
+        backend: str = "auto") -> torch.Tensor:
+    """x: (Bt, L, H, P); dt: (Bt, L, H) positive; A: (H,) negative; B, C: (Bt, L, N) -> y: (Bt, L, H, P)."""
+    check_backend(backend, BACKENDS)
+    chunked = backend == "chunked" or (backend == "auto" and x.is_cuda)
+    record("ssd", "chunked" if chunked else NAIVE)
+    return ssd_chunked(x, dt, A, B, C) if chunked else ssd_naive(x, dt, A, B, C)
+
+
+__all__ = ["ssd", "BACKENDS"]

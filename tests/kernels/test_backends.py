@@ -1,0 +1,83 @@
+"""Every kernels entry: an unknown backend is a ValueError naming the allowed values, ``"naive"`` runs on CPU
+and is recorded, ``"auto"`` on CPU is today's CPU path, and the fast paths that run on CPU (Triton under
+the interpreter, the chunked SSD, the FFT) agree with the reference through the entry."""
+import pytest
+import torch
+
+from kernels import backend
+from kernels.based import based_attention
+from kernels.delta_rule import delta_rule
+from kernels.gatedfwa import gate_cumsum, gated_window_attention
+from kernels.gla import gla
+from kernels.layer_norm import layer_norm
+from kernels.long_conv import long_conv
+from kernels.retention import retention
+from kernels.rwkv7 import rwkv7
+from kernels.selective_scan import selective_scan
+from kernels.ssd import ssd
+from kernels.wkv4 import wkv4
+
+B, T, H, K = 2, 8, 2, 4
+
+
+def rand(*shape):
+    return torch.randn(*shape)
+
+
+def neg(*shape):
+    return -torch.rand(*shape)
+
+
+# name -> (entry, inputs, op recorded, "auto"'s backend on CPU, fast paths that run on CPU)
+ENTRIES = {
+    "gate_cumsum": (gate_cumsum, lambda: (rand(B, T, H), torch.rand(B, T, H) + 0.5), "gatedfwa.gate_cumsum",
+                    "naive", ["triton"]),
+    "gated_window_attention": (lambda *a, backend: gated_window_attention(*a, window=3, backend=backend),
+                               lambda: (rand(B, T, H, 16), rand(B, T, H, 16), rand(B, T, H, 16), neg(B, T, H).cumsum(1)),
+                               "gatedfwa.attention", "naive", ["triton"]),
+    "wkv4": (wkv4, lambda: (torch.rand(K) + 0.1, rand(K), rand(B, T, K), rand(B, T, K)), "wkv4", "naive", ["triton"]),
+    "selective_scan": (selective_scan, lambda: (rand(B, T, K), torch.rand(B, T, K) * 0.1, neg(K, 4), rand(B, T, 4),
+                                                rand(B, T, 4)), "selective_scan", "naive", ["triton"]),
+    "ssd": (ssd, lambda: (rand(B, T, H, 3), torch.rand(B, T, H) * 0.1, neg(H), rand(B, T, 5), rand(B, T, 5)), "ssd",
+            "naive", ["chunked"]),
+    "rwkv7": (rwkv7, lambda: (rand(B, T, H, K), -0.5 * torch.rand(B, T, H, K), rand(B, T, H, K), rand(B, T, H, K),
+                              rand(B, T, H, K), rand(B, T, H, K)), "rwkv7", "naive", []),
+    "based_attention": (based_attention, lambda: (rand(B, T, H, K), rand(B, T, H, K), rand(B, T, H, 3)), "based",
+                        "naive", []),
+    "gla": (gla, lambda: (rand(B, T, H, K), rand(B, T, H, K), rand(B, T, H, 3), neg(B, T, H, K)), "gla", "naive", []),
+    "retention": (retention, lambda: (rand(B, T, H, K), rand(B, T, H, K), rand(B, T, H, 3)), "retention", "naive", []),
+    "delta_rule": (delta_rule, lambda: (rand(B, T, H, K), rand(B, T, H, K), rand(B, T, H, 3), torch.rand(B, T, H),
+                                        neg(B, T, H)), "delta_rule", "naive", []),
+    "long_conv": (long_conv, lambda: (rand(B, T, 3), rand(T, 3), rand(3)), "long_conv", "fft", ["fft"]),
+    "layer_norm": (layer_norm, lambda: (rand(B, T, 6), rand(6), rand(6)), "layer_norm", "naive", ["split"]),
+}
+
+
+@pytest.mark.parametrize("name", ENTRIES)
+def test_unknown_backend_is_a_value_error(name):
+    entry, inputs, *_ = ENTRIES[name]
+    with pytest.raises(ValueError, match=r"backend='cuda' is not valid: expected one of auto, .*naive"):
+        entry(*inputs(), backend="cuda")
+
+
+@pytest.mark.parametrize("name", ENTRIES)
+def test_naive_runs_on_cpu_and_auto_keeps_the_cpu_path(name):
+    entry, inputs, op, auto, _ = ENTRIES[name]
+    torch.manual_seed(0)
+    args = inputs()
+    backend.clear()
+    want = entry(*args, backend="naive")
+    assert backend.last_backend(op) == "naive" and torch.isfinite(want).all()
+    got = entry(*args, backend="auto")
+    assert backend.last_backend(op) == auto
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("name, fast", [(n, f) for n, e in ENTRIES.items() for f in e[4]])
+def test_fast_paths_that_run_on_cpu_match_the_reference(name, fast):
+    entry, inputs, op, *_ = ENTRIES[name]
+    torch.manual_seed(0)
+    args = inputs()
+    got = entry(*args, backend=fast)
+    assert backend.last_backend(op) == fast
+    torch.testing.assert_close(got, entry(*args, backend="naive"), rtol=1e-4, atol=1e-4)
