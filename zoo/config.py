@@ -239,7 +239,7 @@ def check_run(run: dict) -> None:
 
     needed = get_task(run["task"]["name"]).backbone
     if m["backbone"] != needed:
-        raise ConfigError("model.backbone", m["backbone"], f"{needed!r}, the backbone task {run['task']['name']!r} needs")
+        raise ConfigError("model.backbone", m["backbone"], f"{needed!r} (task {run['task']['name']!r})")
     _check_model(_canon(m), seq_len, vocab)
 
 

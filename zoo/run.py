@@ -60,9 +60,9 @@ def train_group(cfgs: list[DictConfig], run_dirs: list[Path], device: torch.devi
 
     from tasks.split import segment_chances
     from zoo import checkpoint
+    from zoo.autoencoder import AutoEncoder
     from zoo.data import IGNORE, DeviceBatches, TaskDataModule
     from zoo.lit import MixerLM
-    from zoo.autoencoder import AutoEncoder
     from zoo.model import LanguageModel
 
     cfg = cfgs[0]

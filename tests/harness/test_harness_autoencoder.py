@@ -76,7 +76,8 @@ def compression_config(**model):
             "train": {"batch_size": 64, "max_epochs": 2, "lr": 3e-3, "progress_bar": False}}
 
 
-@pytest.mark.parametrize("task, backbone, needed", [("mqar", "autoencoder", "lm"), ("compression", "lm", "autoencoder")])
+@pytest.mark.parametrize("task, backbone, needed",
+                         [("mqar", "autoencoder", "lm"), ("compression", "lm", "autoencoder")])
 def test_a_backbone_the_task_does_not_use_is_refused(task, backbone, needed, tmp_path, capsys):
     raw = compression_config(backbone=backbone)
     if task == "mqar":
