@@ -7,11 +7,13 @@ every position is the input token there (the compression token included)::
     input   x_1  x_2  ...  x_{N-1}  C
     label   x_1  x_2  ...  x_{N-1}  C
 
-The task is only a test of compression under MAD's autoencoder: the mixer stack encodes the sequence, the
-state at the last position (after ``C``) is the only thing passed on, and a position-wise MLP decodes each
+These are MAD's inputs and targets (mad-lab ``generate_compression_instance``, which returns the inputs as
+targets; its noise options are left off by MAD's benchmark and not offered here). The task is only a test of
+compression under MAD's autoencoder (``zoo/autoencoder.py``): the mixer stack encodes the sequence, the
+state at the last position (at ``C``) is the only thing passed on, and a position-wise MLP decodes each
 token from it plus a sinusoidal embedding of the position. A causal language model scored at the same
-positions would copy its input and learn nothing, so runs of this task need that backbone
-(``backbone = "autoencoder"``).
+positions would copy its input and learn nothing, so runs of this task must set ``model.backbone:
+autoencoder`` (checked before training).
 """
 from __future__ import annotations
 

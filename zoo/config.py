@@ -84,6 +84,7 @@ class ModelConfig(Schema):
     init: Literal["zoology", "mixer"] = "zoology"  # zoology: N(0, 0.02) on every Linear and Embedding; mixer: its own
     dropout: Annotated[Number, Field(ge=0, lt=1)] = 0.1  # attention dropout, for mixers that take it (Zoology: 0.1)
     layers: Optional[list[LayerConfig]] = None  # n_layers per-layer overrides (a hybrid model); None: none
+    backbone: Literal["lm", "autoencoder"] = "lm"  # the one the task needs; autoencoder: MAD's (zoo/autoencoder.py)
 
 
 class TrainConfig(Schema):
@@ -240,6 +241,11 @@ def check_run(run: dict) -> None:
         for i, segment in enumerate(run["task"][split]):
             n, v = _check_segment(run["task"]["name"], _canon(segment_params(run, segment)), f"task.{split}[{i}]")
             seq_len, vocab = max(seq_len, n), max(vocab, v)
+    from tasks import get_task
+
+    needed = get_task(run["task"]["name"]).backbone
+    if m["backbone"] != needed:
+        raise ConfigError("model.backbone", m["backbone"], f"{needed!r} (task {run['task']['name']!r})")
     _check_model(_canon(m), seq_len, vocab)
 
 

@@ -60,6 +60,7 @@ def train_group(cfgs: list[DictConfig], run_dirs: list[Path], device: torch.devi
 
     from tasks.split import segment_chances
     from zoo import checkpoint
+    from zoo.autoencoder import AutoEncoder
     from zoo.data import IGNORE, DeviceBatches, TaskDataModule
     from zoo.lit import MixerLM
     from zoo.model import LanguageModel
@@ -97,7 +98,7 @@ def train_group(cfgs: list[DictConfig], run_dirs: list[Path], device: torch.devi
         models, rng_states = [], []
         for c, record in zip(cfgs, records):
             L.seed_everything(c.seed, verbose=False)  # each member starts exactly as its run alone would
-            models.append(LanguageModel.from_config(c))
+            models.append((AutoEncoder if c.model.backbone == "autoencoder" else LanguageModel).from_config(c))
             rng_states.append(torch.cuda.get_rng_state(device) if device.type == "cuda" else torch.get_rng_state())
             record["params"] = sum(p.numel() for p in models[-1].parameters())
             record["state_size"] = models[-1].state_size(max_seq_len(c))

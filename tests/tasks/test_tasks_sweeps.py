@@ -25,6 +25,7 @@ def test_mad_has_each_difficulty_change_once_per_task():
     tasks = [r.cfg.task.name for r in sweep.runs]
     counts = {name: tasks.count(name) for name in set(tasks)}
     assert counts == {"in_context_recall": 11, "fuzzy_in_context_recall": 11, "noisy_in_context_recall": 14,
-                      "selective_copying": 13, "memorization": 6}
+                      "selective_copying": 13, "memorization": 6, "compression": 11}
+    assert all((r.cfg.model.backbone == "autoencoder") == (r.cfg.task.name == "compression") for r in sweep.runs)
     recall = [r for r in sweep.runs if r.cfg.task.name.endswith("recall")]
     assert all(r.cfg.task.train[0].training and "training" not in r.cfg.task.test[0] for r in recall)
