@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from omegaconf import DictConfig
 from torch import nn
 
-from zoo.data import IGNORE
+from tasks.base import IGNORE_INDEX
 from zoo.step import Member, TrainStep, autocast_bf16, build_optimizer, labelled_logits, lr_factor
 
 
@@ -102,14 +102,14 @@ class MixerLM(L.LightningModule):
 
     def validation_step(self, batch, batch_idx):
         inputs, positions, targets, segment = batch
-        labelled = targets != IGNORE
+        labelled = targets != IGNORE_INDEX
         for i, (model, forward) in enumerate(zip(self.models, self.forwards)):
             if self.outcomes[i] is not None:
                 continue
             with autocast_bf16(self.device, self.bf16):
                 logits = labelled_logits(model, forward, inputs, positions)
             right = (logits.argmax(-1) == targets) & labelled
-            loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=IGNORE, reduction="sum")
+            loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=IGNORE_INDEX, reduction="sum")
             row = torch.stack([loss.double(), right.sum().double(), labelled.sum().double(),
                                (right == labelled).all(1).sum().double(),
                                torch.full((), len(targets), device=self.device, dtype=torch.float64)])

@@ -60,7 +60,8 @@ def train_group(cfgs: list[DictConfig], run_dirs: list[Path], device: torch.devi
 
     from tasks.split import segment_chances
     from zoo import checkpoint
-    from zoo.data import IGNORE, DeviceBatches, TaskDataModule
+    from tasks.base import IGNORE_INDEX
+    from zoo.data import DeviceBatches, TaskDataModule
     from zoo.lit import MixerLM
     from zoo.model import LanguageModel
 
@@ -82,7 +83,7 @@ def train_group(cfgs: list[DictConfig], run_dirs: list[Path], device: torch.devi
             torch.cuda.synchronize(device)
         data_seconds = time.perf_counter() - t0
         chances = segment_chances(cfg.task.name, task_params(cfg, {}), [dict(s) for s in cfg.task.test], "test")
-        labelled = {s.name: int((s.targets != IGNORE).sum()) for s in data.test_segments}
+        labelled = {s.name: int((s.targets != IGNORE_INDEX).sum()) for s in data.test_segments}
         for c, record in zip(cfgs, records):
             record.update(segment_chance=chances, mixer_kwargs=OmegaConf.to_container(c.model.mixer_kwargs),
                           weight_decay=c.train.weight_decay,
