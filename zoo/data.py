@@ -13,7 +13,7 @@ import torch
 from omegaconf import DictConfig
 
 from tasks.base import IGNORE_INDEX
-from zoo.config import task_params
+from zoo.config import plain
 
 
 @dataclass
@@ -90,7 +90,7 @@ def build_segments(cfg: DictConfig, split: str, device: torch.device | str) -> l
     """Generate the ``split`` ("train" or "test") of a run config on ``device``."""
     from tasks.split import build_split
 
-    common = task_params(cfg, {})
+    common = plain(cfg.task.params)
     segments = build_split(cfg.task.name, common, [dict(s) for s in cfg.task[split]], split, cfg.seed, device)
     return [LabelledSegment.from_dense(s.name, s.inputs, s.labels) for s in segments]
 

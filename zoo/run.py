@@ -16,8 +16,7 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from zoo.config import (import_user_modules, make_run_config, max_seq_len, record_fields, run_id, task_params, to_plain,
-                        validate)
+from zoo.config import import_user_modules, make_run_config, plain, record_fields, run_id, validate
 
 
 def pick_device() -> torch.device:
@@ -32,7 +31,7 @@ def _member_loggers(cfg: DictConfig, run_dir: Path, rid: str) -> list:
     if "tensorboard" in cfg.train.loggers:
         loggers.append(TensorBoardLogger(run_dir, name="tb", version=""))
     if "wandb" in cfg.train.loggers:
-        loggers.append(WandbLogger(save_dir=run_dir, name=rid, config=to_plain(cfg)))
+        loggers.append(WandbLogger(save_dir=run_dir, name=rid, config=plain(cfg)))
     return loggers
 
 
@@ -58,23 +57,23 @@ def train_group(cfgs: list[DictConfig], run_dirs: list[Path], device: torch.devi
     import lightning as L
     from lightning.pytorch.callbacks import TQDMProgressBar
 
-    from tasks.split import segment_chances
-    from zoo import checkpoint
     from tasks.base import IGNORE_INDEX
-    from zoo.data import DeviceBatches, TaskDataModule
+    from zoo import checkpoint
+    from zoo.data import TaskDataModule
     from zoo.lit import MixerLM
-    from zoo.model import LanguageModel
+    from zoo.spec import build_model, run_spec
 
     cfg = cfgs[0]
     device = device or pick_device()
     for run_dir in run_dirs:
         Path(run_dir).mkdir(parents=True, exist_ok=True)
-    records = [{"id": run_id(c), **record_fields(c), "status": "running", "error": None, "group_size": len(cfgs),
-                "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+    import_user_modules(cfg)
+    spec = run_spec(plain(cfg))  # the members differ only in lr: one task, one spec
+    records = [{"id": run_id(c), **record_fields(c, spec), "status": "running", "error": None,
+                "group_size": len(cfgs), "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
                 "started": time.time(), "epochs": 0, "history": []} for c in cfgs]
     lit = None
     try:
-        import_user_modules(cfg)
         L.seed_everything(cfg.seed, verbose=False)
         t0 = time.perf_counter()
         data = TaskDataModule(cfg, device)
@@ -82,24 +81,23 @@ def train_group(cfgs: list[DictConfig], run_dirs: list[Path], device: torch.devi
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         data_seconds = time.perf_counter() - t0
-        chances = segment_chances(cfg.task.name, task_params(cfg, {}), [dict(s) for s in cfg.task.test], "test")
+        chances = spec.test_chances()
         labelled = {s.name: int((s.targets != IGNORE_INDEX).sum()) for s in data.test_segments}
         for c, record in zip(cfgs, records):
             record.update(segment_chance=chances, mixer_kwargs=OmegaConf.to_container(c.model.mixer_kwargs),
-                          weight_decay=c.train.weight_decay,
-                          num_train_examples=sum(s.num_examples for s in c.task.train))
+                          weight_decay=c.train.weight_decay)
             if chances:  # chance of the whole test split, weighted by labelled tokens
                 record["chance"] = sum(chances[n] * labelled[n] for n in labelled) / sum(labelled.values())
 
         models, rng_states = [], []
         for c, record in zip(cfgs, records):
             L.seed_everything(c.seed, verbose=False)  # each member starts exactly as its run alone would
-            models.append(LanguageModel.from_config(c))
+            models.append(build_model(plain(c.model), spec.vocab_size, spec.max_seq_len))
             rng_states.append(torch.cuda.get_rng_state(device) if device.type == "cuda" else torch.get_rng_state())
             record["params"] = sum(p.numel() for p in models[-1].parameters())
-            record["state_size"] = models[-1].state_size(max_seq_len(c))
+            record["state_size"] = models[-1].state_size(spec.max_seq_len)
             record["data_seconds"] = data_seconds
-        steps = len(DeviceBatches(data.train_segments, cfg.train.batch_size, shuffle=False))
+        steps = spec.steps_per_epoch(cfg.train.batch_size)
         precision = cfg.train.precision
         if precision == "auto":
             precision = "bf16" if device.type == "cuda" else "fp32"
