@@ -1,7 +1,7 @@
 """Train one run config and return its result record; ``python -m zoo.run <yaml> [key=value ...]``.
 
 The record's ``status`` is "completed", "diverged" (non-finite loss) or "failed" (an exception,
-CUDA out of memory included), always with the last validation metrics that were reached.
+CUDA out of memory included), always with the last test metrics that were reached (``test/*``, see zoo.lit).
 """
 from __future__ import annotations
 
@@ -149,13 +149,13 @@ def train_group(cfgs: list[DictConfig], run_dirs: list[Path], device: torch.devi
         record["history"] = history
         record["epochs"] = len(history)
         if history:
-            record["final_accuracy"] = history[-1]["val/acc"]
-            best = max(history, key=lambda h: h["val/acc"])
+            record["final_accuracy"] = history[-1]["test/acc"]
+            best = max(history, key=lambda h: h["test/acc"])
             if "chance" in record and record["chance"] < 1:
-                record["chance_corrected_accuracy"] = (best["val/acc"] - record["chance"]) / (1 - record["chance"])
-            record.update(accuracy=best["val/acc"], seq_accuracy=best["val/seq_acc"], best_epoch=best["epoch"],
+                record["chance_corrected_accuracy"] = (best["test/acc"] - record["chance"]) / (1 - record["chance"])
+            record.update(accuracy=best["test/acc"], seq_accuracy=best["test/seq_acc"], best_epoch=best["epoch"],
                           segment_accuracy={k.split("/", 2)[2]: v for k, v in best.items()
-                                            if k.startswith("val/acc/")})
+                                            if k.startswith("test/acc/")})
             seconds = [h["train_seconds"] for h in history if h["train_seconds"] is not None]
             if seconds:
                 record["seconds_per_epoch"] = sum(seconds) / len(seconds)
