@@ -184,34 +184,41 @@ def load_config(path: str | None, overrides: list[str]) -> DictConfig:
 
 def main(argv: list[str] | None = None) -> int:
     from zoo.errors import ConfigError
-    from zoo import checkpoint
-    from zoo.results import FINAL, read_result, write_json_atomic
+    from zoo.results import SweepLock, SweepLocked, check_writable, pending, prepare_run_dir, write_result
+    from zoo.sweep import Run
 
     parser = argparse.ArgumentParser(prog="python -m zoo.run", description=__doc__.splitlines()[0])
     parser.add_argument("args", nargs="+", metavar="config.yaml|key=value",
                         help="a run config YAML and/or omegaconf dotlist overrides of the defaults (at least one: "
                              "the bare defaults are a 64-epoch run of 100k examples)")
-    parser.add_argument("--out", default="outputs/runs", help="folder for the run's logs and result.json")
+    parser.add_argument("--out", default="outputs/run",
+                        help="output folder, laid out as a sweep's: runs/<id>/{config.yaml, metrics.csv, result.json} "
+                             "and results.jsonl (python -m zoo.leaderboard reads it)")
     parser.add_argument("--force", action="store_true", help="train again even if this config already finished")
     args = parser.parse_intermixed_args(argv)
     path = args.args[0] if args.args and "=" not in args.args[0] else None
+    out = Path(args.out)
     try:
         cfg = load_config(path, args.args[1:] if path else args.args)
+        check_writable(out)
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    run_dir = Path(args.out) / run_id(cfg)
-    finished = read_result(run_dir)
-    if finished and finished.get("status") in FINAL and not args.force:
-        print(f"already {finished['status']}: accuracy {finished.get('accuracy', float('nan')):.4f} -> {run_dir} "
-              "(--force trains it again)")
-        return 0
-    run_dir.mkdir(parents=True, exist_ok=True)
-    OmegaConf.save(cfg, run_dir / "config.yaml")
-    record = train(cfg, run_dir)
-    write_json_atomic(run_dir / "result.json", record)
-    if record["status"] in FINAL:  # a failed run keeps its checkpoint: rerunning the command resumes it
-        checkpoint.discard(run_dir)
+    run = Run(run_id(cfg), plain(cfg), "base")
+    try:
+        with SweepLock(out):  # a sweep of one run: the same skip and resume as python -m zoo.sweep
+            todo, done = pending(out, [run])
+            run_dir = out / "runs" / run.id
+            if not todo and not args.force:
+                finished = done[run.id]
+                print(f"already {finished['status']}: accuracy {finished.get('accuracy', float('nan')):.4f} -> "
+                      f"{run_dir} (--force trains it again)")
+                return 0
+            record = train(run.cfg, prepare_run_dir(out, run))
+            write_result(out, record)
+    except SweepLocked as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 3
     print(f"{record['status']}: accuracy {record.get('accuracy', float('nan')):.4f} "
           f"after {record['epochs']} epochs -> {run_dir}")
     return 0 if record["status"] == "completed" else 1
