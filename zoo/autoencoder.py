@@ -68,13 +68,6 @@ class AutoEncoder(nn.Module):
             nn.init.normal_(linear.weight, std=0.02)
             nn.init.zeros_(linear.bias)
 
-    @classmethod
-    def from_config(cls, cfg, device: torch.device | str | None = None) -> "AutoEncoder":
-        """The autoencoder of a run config: its encoder is the config's ``LanguageModel``."""
-        encoder = LanguageModel.from_config(cfg, device)
-        with torch.device(device or "cpu"):
-            return cls(encoder)
-
     def encode(self, input_ids: torch.Tensor) -> torch.Tensor:
         """(B, T) token ids -> (B, D) the encoder's state at the last position."""
         return self.encoder(input_ids)[:, -1]

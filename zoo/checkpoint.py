@@ -2,7 +2,7 @@
 resumes from its last finished epoch instead of starting over.
 
 It holds the model, the optimiser and lr-schedule states, the run's random stream, the data order's
-generators, the validation history and, once the run has stopped, its outcome: everything the next
+generators, the metrics history and, once the run has stopped, its outcome: everything the next
 epoch depends on, so a resumed run ends with the metrics of an uninterrupted one (exactly on CPU; on
 GPU up to the usual nondeterminism of its kernels). Written to a temporary file, fsynced and renamed,
 so a crash never leaves half a checkpoint; read with ``weights_only=True``. Removed once the run's
@@ -36,10 +36,13 @@ def load(run_dir: Path) -> dict | None:
     if not path.exists():
         return None
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # noqa: BLE001 - a damaged checkpoint must not stop the run
         log.warning("zoo: ignoring the unreadable checkpoint %s (%s); the run starts over", path, err)
         return None
+    # written before the test-split metrics were named test/* (they were val/*): the same values
+    state["history"] = [{k.replace("val/", "test/", 1): v for k, v in h.items()} for h in state["history"]]
+    return state
 
 
 def discard(run_dir: Path) -> None:

@@ -8,7 +8,9 @@ A run config has four sections (YAML, read with omegaconf)::
     seed, imports
 
 A segment is a dict of task-parameter overrides plus ``num_examples``; a split with several
-segments mixes several (N, kv) settings, and accuracy is reported per segment too.
+segments mixes several (N, kv) settings, and accuracy is reported per segment too. Segments are
+checked where a split is planned (``tasks.split``, through ``zoo.spec.run_spec``), ``num_examples``
+included, and what a run needs from them is resolved there once (``zoo.spec.RunSpec``).
 
 Every key has a type and a range, declared once in the pydantic models below (strict: ``"512"`` is
 not an integer, ``1`` is not a boolean). Task parameters are checked by the task class, mixer
@@ -22,7 +24,6 @@ import functools
 import hashlib
 import importlib
 import importlib.util
-import inspect
 import json
 import typing
 from typing import Annotated, Any, Literal, Optional
@@ -32,6 +33,7 @@ from omegaconf.errors import OmegaConfBaseException
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from zoo.errors import ConfigError
+from zoo.spec import RunSpec, build_model, run_spec
 
 PositiveInt = Annotated[int, Field(ge=1)]
 Number = Annotated[float, Field(allow_inf_nan=False)]
@@ -52,18 +54,12 @@ class Schema(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
 
-class Segment(Schema):
-    """``num_examples`` plus task parameters that override ``task.params`` (checked by the task)."""
-
-    model_config = ConfigDict(extra="allow")
-    num_examples: PositiveInt = Field(description="an integer >= 1 (the number of examples)")
-
-
 class TaskConfig(Schema):
     name: str = "mqar"
     params: dict[str, Any] = {}
-    train: Annotated[list[Segment], Field(min_length=1)] = [Segment(num_examples=100_000)]
-    test: Annotated[list[Segment], Field(min_length=1)] = [Segment(num_examples=3_000)]
+    # segments: ``num_examples`` plus task parameters that override ``params`` (checked in zoo.spec.run_spec)
+    train: Annotated[list[dict[str, Any]], Field(min_length=1)] = [{"num_examples": 100_000}]
+    test: Annotated[list[dict[str, Any]], Field(min_length=1)] = [{"num_examples": 3_000}]
 
 
 class LayerConfig(Schema):
@@ -212,13 +208,14 @@ def _canon(obj) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
 
 
-def validate(cfg) -> None:
-    """Check everything that can be checked before training (see ``check_run``)."""
-    check_run(plain(cfg))
+def validate(cfg) -> RunSpec:
+    """Check everything that can be checked before training (see ``check_run``); return the run's spec."""
+    return check_run(plain(cfg))
 
 
-def check_run(run: dict) -> None:
-    """Check a resolved run config (``resolve``'s output): names, kwargs, task parameters, the model.
+def check_run(run: dict) -> RunSpec:
+    """Check a resolved run config (``resolve``'s output): names, kwargs, task parameters, the model;
+    return what the run needs from its task (``zoo.spec.RunSpec``), resolved once.
 
     The costly checks are cached by their inputs, so a sweep of many runs that share tasks and
     models checks each distinct task and model once."""
@@ -236,17 +233,14 @@ def check_run(run: dict) -> None:
                 _check_mixer_kwargs(mixer, _canon(kwargs))
             except ConfigError as err:
                 raise ConfigError(f"model.layers[{i}].{err.key.removeprefix('model.')}", err.value, err.allowed) from None
-    seq_len = vocab = 0
-    for split in ("train", "test"):
-        for i, segment in enumerate(run["task"][split]):
-            n, v = _check_segment(run["task"]["name"], _canon(segment_params(run, segment)), f"task.{split}[{i}]")
-            seq_len, vocab = max(seq_len, n), max(vocab, v)
+    spec = run_spec(run)
     from tasks import get_task
 
     needed = get_task(run["task"]["name"]).backbone
     if m["backbone"] != needed:
         raise ConfigError("model.backbone", m["backbone"], f"{needed!r} (task {run['task']['name']!r})")
-    _check_model(_canon(m), seq_len, vocab)
+    _check_model(_canon(m), spec.vocab_size, spec.max_seq_len)
+    return spec
 
 
 def check_mixer_kwargs(mixer: str, kwargs: dict, key: str = "model.mixer_kwargs") -> None:
@@ -279,37 +273,16 @@ def _constructor_hints(cls: type) -> dict[str, TypeAdapter]:
 
 
 @functools.lru_cache(maxsize=4096)
-def _check_segment(task: str, params_json: str, key: str) -> tuple[int, int]:
-    """Build one segment's task (it rejects impossible values); return its (seq_len, vocab_size)."""
-    from tasks import get_task
-
-    task_cls = get_task(task)
-    params = json.loads(params_json)
-    accepted = [p for p in inspect.signature(task_cls.__init__).parameters if p != "self"]
-    for name in params:
-        if name not in accepted:
-            raise ConfigError(f"{key}.{name}", params[name], accepted)
-    built = task_cls(**params)
-    return built.seq_len, built.vocab_size
-
-
-@functools.lru_cache(maxsize=4096)
-def _check_model(model_json: str, seq_len: int, vocab: int) -> None:
+def _check_model(model_json: str, vocab: int, seq_len: int) -> None:
     """Build the model on the meta device (no memory, no compute) so mixers can reject values, then
     run each mixer once on a short meta input: its output must have its input's shape [B, L, D].
     (Short, because a meta tensor op costs as much Python as a real one and recurrent references
     loop over L.)"""
     import torch
 
-    from zoo.model import LanguageModel
-
     m = json.loads(model_json)
-    kwargs = dict(vocab_size=vocab, d_model=m["d_model"], n_layers=m["n_layers"], mixer=m["mixer"],
-                  mixer_kwargs=m["mixer_kwargs"], max_seq_len=seq_len, state_mixer=m["state_mixer"],
-                  positions=m["positions"], init=m["init"], dropout=m["dropout"], layers=m["layers"])
     try:
-        with torch.device("meta"):
-            model = LanguageModel(**kwargs)
+        model = build_model(m, vocab, seq_len, device="meta")
     except ConfigError:
         raise
     except Exception as err:  # a mixer that rejects its arguments with a plain exception
@@ -317,7 +290,7 @@ def _check_model(model_json: str, seq_len: int, vocab: int) -> None:
                           f"arguments {m['mixer']!r} accepts ({err})") from None
     x = torch.empty(2, min(seq_len, SHAPE_CHECK_LEN), m["d_model"], device="meta")
     layer_state: dict = {}
-    for block in model.blocks:
+    for block in getattr(model, "encoder", model).blocks:  # an AutoEncoder's mixers are its encoder's
         try:
             y = block.mixer(x, layer_state) if block.passes_layer_state else block.mixer(x)
         except Exception:  # ops without a meta kernel: the worker will run (and record) it for real
@@ -335,36 +308,9 @@ def segment_params(run: dict, segment: dict) -> dict:
     return params
 
 
-def task_params(cfg, segment) -> dict:
-    """The task parameters of one segment: the common ``task.params`` overridden by the segment."""
-    return segment_params(plain(cfg), plain(segment))
-
-
-def _segment_tasks(cfg, splits=("train", "test")) -> list:
-    from tasks import get_task
-
-    run = plain(cfg)
-    task_cls = get_task(run["task"]["name"])
-    return [task_cls(**segment_params(run, s)) for split in splits for s in run["task"][split]]
-
-
-def max_seq_len(cfg) -> int:
-    """The longest input over every train and test segment (sizes position tables and filters)."""
-    return max(t.seq_len for t in _segment_tasks(cfg))
-
-
-def vocab_size(cfg) -> int:
-    """The model vocabulary: the largest over every segment."""
-    return max(t.vocab_size for t in _segment_tasks(cfg))
-
-
 def run_id(cfg) -> str:
     """A stable 12-hex-digit hash of the resolved config (key order does not matter)."""
     return hashlib.sha256(_canon(plain(cfg)).encode()).hexdigest()[:12]
-
-
-def to_plain(cfg) -> dict[str, Any]:
-    return plain(cfg)
 
 
 def flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
@@ -378,8 +324,8 @@ def flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
     return flat
 
 
-def record_fields(cfg) -> dict[str, Any]:
-    """What a run's result record says about its config, for the leaderboard and for humans.
+def record_fields(cfg, spec: RunSpec) -> dict[str, Any]:
+    """What a run's result record says about its config (and its ``spec``), for the leaderboard and for humans.
 
     ``seq_len`` is the longest *training* input (S5 tests at other lengths); ``settings`` is every
     key of the config, flattened (``train.lr``, ``task.params.num_kv_pairs``, ...), so a leaderboard
@@ -391,5 +337,5 @@ def record_fields(cfg) -> dict[str, Any]:
     return {"task": run["task"]["name"], "mixer": mixer_label(m["mixer"], m["n_layers"], m["layers"]),
             "d_model": m["d_model"],
             "n_layers": run["model"]["n_layers"], "lr": run["train"]["lr"], "seed": run["seed"],
-            "seq_len": max(t.seq_len for t in _segment_tasks(run, ("train",))),
+            "seq_len": spec.train_seq_len, "num_train_examples": spec.num_train_examples,
             "task_params": segment_params(run, run["task"]["train"][0]), "settings": flatten(run)}

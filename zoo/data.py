@@ -12,9 +12,8 @@ import lightning as L
 import torch
 from omegaconf import DictConfig
 
-from zoo.config import task_params
-
-IGNORE = -100
+from tasks.base import IGNORE_INDEX
+from zoo.config import plain
 
 
 @dataclass
@@ -29,13 +28,13 @@ class LabelledSegment:
     @classmethod
     def from_dense(cls, name: str, inputs: torch.Tensor, labels: torch.Tensor) -> "LabelledSegment":
         """Compact dense labels (n, N) with -100 where no loss into (positions, targets) (n, K)."""
-        mask = labels != IGNORE
+        mask = labels != IGNORE_INDEX
         K = max(int(mask.sum(1).max()), 1)
         # stable sort puts labelled positions first, in order; the rest is padding
         order = torch.sort((~mask).to(torch.int8), dim=1, stable=True).indices[:, :K]
         valid = mask.gather(1, order)
         positions = torch.where(valid, order, torch.zeros_like(order))
-        targets = torch.where(valid, labels.gather(1, order), torch.full_like(order, IGNORE))
+        targets = torch.where(valid, labels.gather(1, order), torch.full_like(order, IGNORE_INDEX))
         return cls(name, inputs, positions, targets)
 
     def __len__(self) -> int:
@@ -91,7 +90,7 @@ def build_segments(cfg: DictConfig, split: str, device: torch.device | str) -> l
     """Generate the ``split`` ("train" or "test") of a run config on ``device``."""
     from tasks.split import build_split
 
-    common = task_params(cfg, {})
+    common = plain(cfg.task.params)
     segments = build_split(cfg.task.name, common, [dict(s) for s in cfg.task[split]], split, cfg.seed, device)
     return [LabelledSegment.from_dense(s.name, s.inputs, s.labels) for s in segments]
 

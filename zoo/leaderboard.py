@@ -46,16 +46,18 @@ def with_settings(record: dict, sweep_dir: Path | None = None) -> dict:
     if path is not None and path.exists():
         from omegaconf import OmegaConf
 
-        from zoo.config import record_fields
+        from zoo.config import plain, record_fields
+        from zoo.spec import run_spec
 
-        return {**record, **record_fields(OmegaConf.load(path))}
+        run = plain(OmegaConf.load(path))
+        return {**record, **record_fields(run, run_spec(run))}
     known = {"task.name": record.get("task"), "model.mixer": record.get("mixer"),
              "model.d_model": record.get("d_model"), "train.lr": record.get("lr"), "seed": record.get("seed")}
     return {**record, "settings": known}
 
 
 def runs_frame(records: list[dict]) -> tuple[pd.DataFrame, list[str]]:
-    """One row per finished run that produced validation metrics; and the varying setting columns."""
+    """One row per finished run that produced test metrics; and the varying setting columns."""
     rows = [r for r in records if r.get("status") in FINAL and r.get("accuracy") is not None]
     settings = [with_settings(r)["settings"] for r in rows]
     keys = sorted({k for s in settings for k in s} - NOT_SETTINGS)

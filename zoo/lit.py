@@ -6,6 +6,11 @@ Accuracy counts labelled positions only, argmax over the full vocabulary; sequen
 examples whose labelled positions are all right. Metrics accumulate on the device and are read once
 per validation epoch, so training steps never wait for the host.
 
+Lightning's validation loop runs over the run's *test* split (``task.test``; no separate validation split
+is generated), so its metrics are named for it: ``test/loss``, ``test/acc``, ``test/seq_acc`` and, with
+several test segments, ``test/acc/<segment>``; the early stop (``train.early_stop_accuracy``) reads
+``test/acc``.
+
 Each member keeps its own history, early stop, divergence and time limit, exactly as if trained alone:
 a member that stops is no longer trained or evaluated, and the fit ends when no member is left.
 """
@@ -20,7 +25,7 @@ import torch.nn.functional as F
 from omegaconf import DictConfig
 from torch import nn
 
-from zoo.data import IGNORE
+from tasks.base import IGNORE_INDEX
 from zoo.step import Member, TrainStep, autocast_bf16, build_optimizer, lr_factor
 
 
@@ -52,7 +57,7 @@ class MixerLM(L.LightningModule):
         self.on_epoch = on_epoch
         self.rng_states = rng_states or [None] * len(models)
         self.step_fn: TrainStep | None = None
-        self.histories: list[list[dict]] = [[] for _ in models]  # validation metrics per epoch, per member
+        self.histories: list[list[dict]] = [[] for _ in models]  # test metrics per epoch, per member
         self.outcomes: list[tuple[str, str] | None] = [None] * len(models)  # (status, reason) once stopped
         self.started = time.perf_counter()
         self.run_dirs, self.resume = run_dirs, resume
@@ -96,52 +101,52 @@ class MixerLM(L.LightningModule):
             if self.outcomes[i] is None and not math.isfinite(loss):
                 self._stop(i, "diverged", f"non-finite training loss in epoch {self.epoch}")
         # per member and segment: [loss sum, correct tokens, labelled tokens, correct sequences, sequences]
-        self.val_sums = torch.zeros(len(self.models), len(self.segment_names), 5, device=self.device,
+        self.test_sums = torch.zeros(len(self.models), len(self.segment_names), 5, device=self.device,
                                     dtype=torch.float64)
 
     def validation_step(self, batch, batch_idx):
         inputs, positions, targets, segment = batch
-        labelled = targets != IGNORE
+        labelled = targets != IGNORE_INDEX
         for i, member in enumerate(self.step_fn.members):
             if self.outcomes[i] is not None:
                 continue
             with autocast_bf16(self.device, self.bf16):
                 logits = member.labelled_logits(inputs, positions)
             right = (logits.argmax(-1) == targets) & labelled
-            loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=IGNORE, reduction="sum")
+            loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=IGNORE_INDEX, reduction="sum")
             row = torch.stack([loss.double(), right.sum().double(), labelled.sum().double(),
                                (right == labelled).all(1).sum().double(),
                                torch.full((), len(targets), device=self.device, dtype=torch.float64)])
-            self.val_sums[i, segment] += row
+            self.test_sums[i, segment] += row
 
     def on_validation_epoch_end(self) -> None:
         if self.trainer.sanity_checking:
             return
-        all_sums = self.val_sums.cpu()
+        all_sums = self.test_sums.cpu()
         t = self.train_cfg
         for i, sums in enumerate(all_sums):
             if self.outcomes[i] is not None:  # stopped before this validation: not evaluated
                 continue
             total = sums.sum(0)
-            metrics = {"val/loss": total[0] / total[2], "val/acc": total[1] / total[2],
-                       "val/seq_acc": total[3] / total[4]}
+            metrics = {"test/loss": total[0] / total[2], "test/acc": total[1] / total[2],
+                       "test/seq_acc": total[3] / total[4]}
             if len(self.segment_names) > 1:
                 for name, s in zip(self.segment_names, sums):
-                    metrics[f"val/acc/{name}"] = s[1] / s[2]
+                    metrics[f"test/acc/{name}"] = s[1] / s[2]
             metrics = {k: float(v) for k, v in metrics.items()}
             entry = {"epoch": self.epoch, **metrics, "train_seconds": self.epoch_seconds,
                      "train/loss": self.train_loss[i]}
             self.histories[i].append(entry)
             if self.on_epoch is not None:
                 self.on_epoch(i, entry)
-            if not math.isfinite(metrics["val/loss"]):
-                self._stop(i, "diverged", f"non-finite validation loss in epoch {self.epoch}")
-            elif t.early_stop_accuracy is not None and metrics["val/acc"] >= t.early_stop_accuracy:
+            if not math.isfinite(metrics["test/loss"]):
+                self._stop(i, "diverged", f"non-finite test loss in epoch {self.epoch}")
+            elif t.early_stop_accuracy is not None and metrics["test/acc"] >= t.early_stop_accuracy:
                 self._stop(i, "completed", f"reached accuracy {t.early_stop_accuracy}")
         if t.checkpoint and self.run_dirs is not None:
             self._save_checkpoints()
         if len(self.models) == 1 and self.histories[0]:
-            self.log("val_acc", self.histories[0][-1]["val/acc"], prog_bar=True)  # for the progress bar
+            self.log("test_acc", self.histories[0][-1]["test/acc"], prog_bar=True)  # for the progress bar
         timeout = t.get("timeout")
         if timeout is not None and time.perf_counter() - self.started > timeout:
             for i, outcome in enumerate(self.outcomes):

@@ -174,23 +174,6 @@ class LanguageModel(nn.Module):
                 nn.init.normal_(block.state_mixer.fc1.weight, std=0.02)
                 nn.init.normal_(block.state_mixer.fc2.weight, std=0.02 / math.sqrt(2 * n_layers))
 
-    @classmethod
-    def from_config(cls, cfg, device: torch.device | str | None = None) -> "LanguageModel":
-        """The model of a run config (``zoo.config``); vocabulary and length come from its task.
-
-        ``device="meta"`` builds it without memory or compute (to validate a config)."""
-        from omegaconf import OmegaConf
-
-        from zoo.config import max_seq_len, vocab_size
-
-        m = cfg.model
-        kwargs = dict(vocab_size=vocab_size(cfg), d_model=m.d_model, n_layers=m.n_layers, mixer=m.mixer,
-                      mixer_kwargs=OmegaConf.to_container(m.mixer_kwargs), max_seq_len=max_seq_len(cfg),
-                      state_mixer=m.state_mixer, positions=m.positions, init=m.init, dropout=m.dropout,
-                      layers=OmegaConf.to_container(m.layers) if m.get("layers") is not None else None)
-        with torch.device(device or "cpu"):
-            return cls(**kwargs)
-
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         """(B, L) token ids -> (B, L, D) final hidden states (apply ``logits`` where needed)."""
         L = input_ids.shape[1]

@@ -6,12 +6,15 @@
     <out>/runs/<id>/metrics.csv Lightning's CSV log
     <out>/runs/<id>/result.json the run's final record, written atomically before it is appended
 
-A record reaches results.jsonl only after its result.json exists, so a sweep killed between the
-two steps repairs the log on its next start (``reconcile``) instead of running the run again.
+One function writes a run's result, ``write_result``, in the one process that owns the folder (a
+sweep, or ``python -m zoo.run``): result.json, then the line in results.jsonl, then the checkpoint
+is dropped. A record reaches results.jsonl only after its result.json exists, so a process killed
+between the two steps repairs the log on its next start (``reconcile``) instead of running the run again.
 
-Whether a run is done has one answer, ``final_records``: the sweep skips those runs, ``--dry-run``
-marks them done and the leaderboard shows them. A run is done when its status is in ``FINAL``,
-in results.jsonl or in its result.json; "failed" runs are tried again.
+Whether a run is done has one answer, ``final_records``: the sweep and ``python -m zoo.run`` skip
+those runs (``pending``), ``--dry-run`` marks them done and the leaderboard shows them. A run is done
+when its status is in ``FINAL``, in results.jsonl or in its result.json; "failed" runs are tried
+again, from their last checkpoint (``prepare_run_dir`` keeps it).
 """
 from __future__ import annotations
 
@@ -201,6 +204,42 @@ def reconcile(out: Path) -> dict[str, dict]:
         append_jsonl(out / "results.jsonl", record)
         logged[record["id"]] = record
     return logged
+
+
+def pending(out: Path, runs: list) -> tuple[list, dict[str, dict]]:
+    """The runs (objects with ``id``) that have no final result in ``out`` yet, and the final records of
+    the folder by id; ``reconcile`` repairs results.jsonl first. The caller holds the ``SweepLock``."""
+    done = reconcile(out)
+    return [r for r in runs if r.id not in done], done
+
+
+def prepare_run_dir(out: Path, run) -> Path:
+    """``<out>/runs/<id>`` of a run about to train, with its config.yaml: an interrupted try's checkpoint is
+    kept (the run resumes from it; the id is the config's hash, so it is the same config), other leftovers
+    are removed."""
+    from omegaconf import OmegaConf
+
+    from zoo import checkpoint
+
+    run_dir = Path(out) / "runs" / run.id
+    if run_dir.exists() and not (run_dir / checkpoint.NAME).exists():
+        shutil.rmtree(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    OmegaConf.save(run.cfg, run_dir / "config.yaml")
+    return run_dir
+
+
+def write_result(out: Path, record: dict) -> None:
+    """Write a run's result record: ``<out>/runs/<id>/result.json`` (atomically), then its line in
+    ``<out>/results.jsonl``, then drop the run's checkpoint if the outcome is final (a failed run keeps it:
+    the retry resumes). The only writer of both files; called by the process holding the ``SweepLock``."""
+    from zoo import checkpoint
+
+    run_dir = Path(out) / "runs" / record["id"]
+    write_json_atomic(run_dir / "result.json", record)
+    append_jsonl(Path(out) / "results.jsonl", record)
+    if record["status"] in FINAL:
+        checkpoint.discard(run_dir)
 
 
 def latest_records(out: Path) -> list[dict]:

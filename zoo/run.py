@@ -1,7 +1,7 @@
 """Train one run config and return its result record; ``python -m zoo.run <yaml> [key=value ...]``.
 
 The record's ``status`` is "completed", "diverged" (non-finite loss) or "failed" (an exception,
-CUDA out of memory included), always with the last validation metrics that were reached.
+CUDA out of memory included), always with the last test metrics that were reached (``test/*``, see zoo.lit).
 """
 from __future__ import annotations
 
@@ -16,8 +16,7 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from zoo.config import (import_user_modules, make_run_config, max_seq_len, record_fields, run_id, task_params, to_plain,
-                        validate)
+from zoo.config import import_user_modules, make_run_config, plain, record_fields, run_id, validate
 
 
 def pick_device() -> torch.device:
@@ -32,7 +31,7 @@ def _member_loggers(cfg: DictConfig, run_dir: Path, rid: str) -> list:
     if "tensorboard" in cfg.train.loggers:
         loggers.append(TensorBoardLogger(run_dir, name="tb", version=""))
     if "wandb" in cfg.train.loggers:
-        loggers.append(WandbLogger(save_dir=run_dir, name=rid, config=to_plain(cfg)))
+        loggers.append(WandbLogger(save_dir=run_dir, name=rid, config=plain(cfg)))
     return loggers
 
 
@@ -58,23 +57,23 @@ def train_group(cfgs: list[DictConfig], run_dirs: list[Path], device: torch.devi
     import lightning as L
     from lightning.pytorch.callbacks import TQDMProgressBar
 
-    from tasks.split import segment_chances
+    from tasks.base import IGNORE_INDEX
     from zoo import checkpoint
-    from zoo.autoencoder import AutoEncoder
-    from zoo.data import IGNORE, DeviceBatches, TaskDataModule
+    from zoo.data import TaskDataModule
     from zoo.lit import MixerLM
-    from zoo.model import LanguageModel
+    from zoo.spec import build_model, run_spec
 
     cfg = cfgs[0]
     device = device or pick_device()
     for run_dir in run_dirs:
         Path(run_dir).mkdir(parents=True, exist_ok=True)
-    records = [{"id": run_id(c), **record_fields(c), "status": "running", "error": None, "group_size": len(cfgs),
-                "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+    import_user_modules(cfg)
+    spec = run_spec(plain(cfg))  # the members differ only in lr: one task, one spec
+    records = [{"id": run_id(c), **record_fields(c, spec), "status": "running", "error": None,
+                "group_size": len(cfgs), "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
                 "started": time.time(), "epochs": 0, "history": []} for c in cfgs]
     lit = None
     try:
-        import_user_modules(cfg)
         L.seed_everything(cfg.seed, verbose=False)
         t0 = time.perf_counter()
         data = TaskDataModule(cfg, device)
@@ -82,12 +81,11 @@ def train_group(cfgs: list[DictConfig], run_dirs: list[Path], device: torch.devi
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         data_seconds = time.perf_counter() - t0
-        chances = segment_chances(cfg.task.name, task_params(cfg, {}), [dict(s) for s in cfg.task.test], "test")
-        labelled = {s.name: int((s.targets != IGNORE).sum()) for s in data.test_segments}
+        chances = spec.test_chances()
+        labelled = {s.name: int((s.targets != IGNORE_INDEX).sum()) for s in data.test_segments}
         for c, record in zip(cfgs, records):
             record.update(segment_chance=chances, mixer_kwargs=OmegaConf.to_container(c.model.mixer_kwargs),
-                          weight_decay=c.train.weight_decay,
-                          num_train_examples=sum(s.num_examples for s in c.task.train))
+                          weight_decay=c.train.weight_decay)
             if chances:  # chance of the whole test split, weighted by labelled tokens
                 record["chance"] = sum(chances[n] * labelled[n] for n in labelled) / sum(labelled.values())
 
@@ -98,12 +96,12 @@ def train_group(cfgs: list[DictConfig], run_dirs: list[Path], device: torch.devi
         models, rng_states = [], []
         for c, record in zip(cfgs, records):
             L.seed_everything(c.seed, verbose=False)  # each member starts exactly as its run alone would
-            models.append((AutoEncoder if c.model.backbone == "autoencoder" else LanguageModel).from_config(c))
+            models.append(build_model(plain(c.model), spec.vocab_size, spec.max_seq_len))
             rng_states.append(torch.cuda.get_rng_state(device) if device.type == "cuda" else torch.get_rng_state())
             record["params"] = sum(p.numel() for p in models[-1].parameters())
-            record["state_size"] = models[-1].state_size(max_seq_len(c))
+            record["state_size"] = models[-1].state_size(spec.max_seq_len)
             record["data_seconds"] = data_seconds
-        steps = len(DeviceBatches(data.train_segments, cfg.train.batch_size, shuffle=False))
+        steps = spec.steps_per_epoch(cfg.train.batch_size)
         precision = cfg.train.precision
         if precision == "auto":
             precision = "bf16" if device.type == "cuda" else "fp32"
@@ -155,13 +153,13 @@ def train_group(cfgs: list[DictConfig], run_dirs: list[Path], device: torch.devi
         record["history"] = history
         record["epochs"] = len(history)
         if history:
-            record["final_accuracy"] = history[-1]["val/acc"]
-            best = max(history, key=lambda h: h["val/acc"])
+            record["final_accuracy"] = history[-1]["test/acc"]
+            best = max(history, key=lambda h: h["test/acc"])
             if "chance" in record and record["chance"] < 1:
-                record["chance_corrected_accuracy"] = (best["val/acc"] - record["chance"]) / (1 - record["chance"])
-            record.update(accuracy=best["val/acc"], seq_accuracy=best["val/seq_acc"], best_epoch=best["epoch"],
+                record["chance_corrected_accuracy"] = (best["test/acc"] - record["chance"]) / (1 - record["chance"])
+            record.update(accuracy=best["test/acc"], seq_accuracy=best["test/seq_acc"], best_epoch=best["epoch"],
                           segment_accuracy={k.split("/", 2)[2]: v for k, v in best.items()
-                                            if k.startswith("val/acc/")})
+                                            if k.startswith("test/acc/")})
             seconds = [h["train_seconds"] for h in history if h["train_seconds"] is not None]
             if seconds:
                 record["seconds_per_epoch"] = sum(seconds) / len(seconds)
@@ -190,34 +188,41 @@ def load_config(path: str | None, overrides: list[str]) -> DictConfig:
 
 def main(argv: list[str] | None = None) -> int:
     from zoo.errors import ConfigError
-    from zoo import checkpoint
-    from zoo.results import FINAL, read_result, write_json_atomic
+    from zoo.results import SweepLock, SweepLocked, check_writable, pending, prepare_run_dir, write_result
+    from zoo.sweep import Run
 
     parser = argparse.ArgumentParser(prog="python -m zoo.run", description=__doc__.splitlines()[0])
     parser.add_argument("args", nargs="+", metavar="config.yaml|key=value",
                         help="a run config YAML and/or omegaconf dotlist overrides of the defaults (at least one: "
                              "the bare defaults are a 64-epoch run of 100k examples)")
-    parser.add_argument("--out", default="outputs/runs", help="folder for the run's logs and result.json")
+    parser.add_argument("--out", default="outputs/run",
+                        help="output folder, laid out as a sweep's: runs/<id>/{config.yaml, metrics.csv, result.json} "
+                             "and results.jsonl (python -m zoo.leaderboard reads it)")
     parser.add_argument("--force", action="store_true", help="train again even if this config already finished")
     args = parser.parse_intermixed_args(argv)
     path = args.args[0] if args.args and "=" not in args.args[0] else None
+    out = Path(args.out)
     try:
         cfg = load_config(path, args.args[1:] if path else args.args)
+        check_writable(out)
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    run_dir = Path(args.out) / run_id(cfg)
-    finished = read_result(run_dir)
-    if finished and finished.get("status") in FINAL and not args.force:
-        print(f"already {finished['status']}: accuracy {finished.get('accuracy', float('nan')):.4f} -> {run_dir} "
-              "(--force trains it again)")
-        return 0
-    run_dir.mkdir(parents=True, exist_ok=True)
-    OmegaConf.save(cfg, run_dir / "config.yaml")
-    record = train(cfg, run_dir)
-    write_json_atomic(run_dir / "result.json", record)
-    if record["status"] in FINAL:  # a failed run keeps its checkpoint: rerunning the command resumes it
-        checkpoint.discard(run_dir)
+    run = Run(run_id(cfg), plain(cfg), "base")
+    try:
+        with SweepLock(out):  # a sweep of one run: the same skip and resume as python -m zoo.sweep
+            todo, done = pending(out, [run])
+            run_dir = out / "runs" / run.id
+            if not todo and not args.force:
+                finished = done[run.id]
+                print(f"already {finished['status']}: accuracy {finished.get('accuracy', float('nan')):.4f} -> "
+                      f"{run_dir} (--force trains it again)")
+                return 0
+            record = train(run.cfg, prepare_run_dir(out, run))
+            write_result(out, record)
+    except SweepLocked as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 3
     print(f"{record['status']}: accuracy {record.get('accuracy', float('nan')):.4f} "
           f"after {record['epochs']} epochs -> {run_dir}")
     return 0 if record["status"] == "completed" else 1

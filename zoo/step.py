@@ -26,7 +26,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from zoo.data import IGNORE
+from tasks.base import IGNORE_INDEX
 
 WARMUP_STEPS = 3  # eager steps per new shape before recording (lets cuBLAS/cuDNN pick and allocate)
 
@@ -98,7 +98,7 @@ class TrainStep:
         m = self.members[i]
         with autocast_bf16(inputs.device, self.bf16):
             logits = m.labelled_logits(inputs, positions)
-        loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=IGNORE)
+        loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=IGNORE_INDEX)
         loss.backward()
         if self.grad_clip is not None:
             torch.nn.utils.clip_grad_norm_(m.model.parameters(), self.grad_clip, foreach=True)

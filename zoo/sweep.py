@@ -43,6 +43,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 from pydantic import BaseModel, Field, ValidationError
 
+from zoo.backends import BACKENDS
 from zoo.config import PositiveInt, RunConfig, Schema, check_mixer_kwargs, check_run, import_user_modules, plain, \
     resolve, run_id, schema_error
 from zoo.errors import ConfigError
@@ -317,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dry-run", action="store_true", help="list the runs (done, retry or todo) and exit")
     parser.add_argument("--count", action="store_true", help="print the number of runs and exit")
     parser.add_argument("--list", action="store_true", help="list registered mixers and tasks and exit")
-    parser.add_argument("--backend", choices=("local", "ray"), default="local")
+    parser.add_argument("--backend", choices=BACKENDS, default="local")
     parser.add_argument("--address", help="Ray cluster address (default: start a local Ray instance)")
     parser.add_argument("--runs-per-gpu", type=int, help="runs sharing one GPU (overrides the sweep file)")
     parser.add_argument("--cpu-workers", type=int, default=1, help="parallel runs on a machine without GPU")

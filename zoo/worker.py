@@ -1,9 +1,11 @@
-"""A persistent training worker: ``python -m zoo.worker <reply fd>``, started by the sweep (zoo.scheduler).
+"""A persistent training worker: ``python -m zoo.worker <reply fd>``, started by the local backend
+(``zoo.backends.local``).
 
-It reads groups of run folders from standard input, one JSON list per line; trains each group in
-this process (``zoo.run.train_group``: runs that differ only in lr side by side, a single run being a
-group of one), writes each run's ``result.json`` atomically (then drops its checkpoint), then echoes the line on file descriptor
-``<reply fd>`` to say the group is done. Python, CUDA and Triton start once per worker, not per run.
+It reads groups of run folders from standard input, one JSON list per line; trains each group in this
+process (``zoo.run.train_group``: runs that differ only in lr side by side, a single run being a group of
+one), then writes the group's result records as one JSON list per line on file descriptor ``<reply fd>``.
+It writes no result file: the sweep process does (``zoo.results.write_result``). Python, CUDA and Triton
+start once per worker, not per run.
 """
 from __future__ import annotations
 
@@ -17,8 +19,6 @@ from omegaconf import OmegaConf
 
 def main(reply_fd: int) -> int:
     from zoo.config import make_run_config
-    from zoo import checkpoint
-    from zoo.results import FINAL, write_json_atomic
     from zoo.run import train_group
 
     with os.fdopen(reply_fd, "w", buffering=1) as reply:
@@ -26,11 +26,7 @@ def main(reply_fd: int) -> int:
             run_dirs = [Path(d) for d in json.loads(line)]
             print(f"zoo.worker: training {', '.join(d.name for d in run_dirs)}", flush=True)
             cfgs = [make_run_config(OmegaConf.load(d / "config.yaml")) for d in run_dirs]
-            for run_dir, record in zip(run_dirs, train_group(cfgs, run_dirs, quiet=True)):
-                write_json_atomic(run_dir / "result.json", record)
-                if record["status"] in FINAL:  # a failed run keeps its checkpoint for the retry
-                    checkpoint.discard(run_dir)
-            reply.write(line)
+            reply.write(json.dumps(train_group(cfgs, run_dirs, quiet=True), default=str) + "\n")
     return 0
 
 

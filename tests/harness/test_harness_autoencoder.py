@@ -8,10 +8,11 @@ import torch
 from omegaconf import OmegaConf
 
 from zoo.autoencoder import AutoEncoder, sinusoids
-from zoo.config import make_run_config, validate
+from zoo.config import make_run_config, plain, validate
 from zoo.errors import ConfigError
 from zoo.model import LanguageModel
 from zoo.run import main
+from zoo.spec import build_model
 
 B, T, D, V = 3, 9, 16, 11
 
@@ -100,10 +101,12 @@ def test_compression_trains_end_to_end(tmp_path):
     cfg = make_run_config(compression_config())
     OmegaConf.save(cfg, tmp_path / "compression.yaml")
     assert main([str(tmp_path / "compression.yaml"), "--out", str(tmp_path / "out")]) == 0
-    [result] = (tmp_path / "out").glob("*/result.json")
+    [result] = (tmp_path / "out").rglob("result.json")
     record = json.loads(result.read_text())
     assert record["status"] == "completed" and record["task"] == "compression" and record["epochs"] == 2
     assert record["settings"]["model.backbone"] == "autoencoder" and record["chance"] == pytest.approx(0.25)
-    assert record["params"] == sum(p.numel() for p in AutoEncoder.from_config(cfg).parameters())
+    spec = validate(cfg)
+    model = build_model(plain(cfg.model), spec.vocab_size, spec.max_seq_len)
+    assert isinstance(model, AutoEncoder) and record["params"] == sum(p.numel() for p in model.parameters())
     losses = [h["train/loss"] for h in record["history"]]
     assert all(map(math.isfinite, losses)) and losses[1] < losses[0]

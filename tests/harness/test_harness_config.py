@@ -149,6 +149,6 @@ def test_record_fields_use_the_training_length():
     cfg = make_run_config({"task": {"name": "s5", "params": {"input_seq_len": 16},
                                     "train": [{"num_examples": 8}],
                                     "test": [{"num_examples": 8}, {"num_examples": 8, "input_seq_len": 64}]}})
-    fields = record_fields(cfg)
+    fields = record_fields(cfg, validate(cfg))
     assert fields["seq_len"] == 16
     assert fields["settings"]["task.params.input_seq_len"] == 16 and fields["settings"]["train.lr"] == 1e-3

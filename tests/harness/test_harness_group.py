@@ -24,7 +24,7 @@ def test_group_members_train_exactly_as_single_runs(tmp_path):
         assert member["id"] == alone["id"] and member["status"] == alone["status"]
         assert member["epochs"] == alone["epochs"]
         for a, b in zip(member["history"], alone["history"]):
-            for key in ("val/loss", "val/acc", "train/loss"):
+            for key in ("test/loss", "test/acc", "train/loss"):
                 assert torch.isclose(torch.tensor(a[key]), torch.tensor(b[key]), rtol=1e-6, equal_nan=True), (i, key, a, b)
         assert (tmp_path / f"g{i}" / "metrics.csv").exists() == (member["epochs"] > 0)
     assert [m["status"] for m in grouped] == ["completed", "completed", "completed", "diverged"]
@@ -35,10 +35,10 @@ def test_member_that_reaches_the_target_stops_alone(tmp_path):
     """A member stops training at the first epoch it reaches the target; the others go on."""
     lrs = (3e-2, 1e-5)
     free = train_group([_cfg(lr) for lr in lrs], [tmp_path / "a", tmp_path / "b"], quiet=True)
-    fast, slow = ([h["val/acc"] for h in r["history"]] for r in free)
+    fast, slow = ([h["test/acc"] for h in r["history"]] for r in free)
     target = max(fast[:2])
     assert max(slow) < target, (fast, slow)  # the data makes the two members differ
     stopped = train_group([_cfg(lr, early_stop=target) for lr in lrs], [tmp_path / "c", tmp_path / "d"], quiet=True)
     assert stopped[0]["epochs"] == fast.index(target) + 1 < stopped[1]["epochs"] == 3
     assert stopped[0]["stop_reason"].startswith("reached accuracy")
-    assert [h["val/acc"] for h in stopped[1]["history"]] == slow
+    assert [h["test/acc"] for h in stopped[1]["history"]] == slow

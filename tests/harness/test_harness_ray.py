@@ -24,6 +24,6 @@ def test_ray_backend_matches_local_layout(write_sweep, tmp_path, local_ray):
     for r in records:
         run_dir = out / "runs" / r["id"]
         assert (run_dir / "result.json").exists() and (run_dir / "config.yaml").exists()
-        assert "val/acc" in (run_dir / "metrics.csv").read_text()
+        assert "test/acc" in (run_dir / "metrics.csv").read_text()
     assert sweep_main([str(path), "--backend", "ray"]) == 0  # finished runs are not redone
     assert len(read_jsonl(out / "results.jsonl")) == 2

@@ -34,7 +34,7 @@ def _kill_after_epoch(monkeypatch, epoch):
 
 
 def _curve(record):
-    return [(h["epoch"], h["val/loss"], h["val/acc"], h["train/loss"]) for h in record["history"]]
+    return [(h["epoch"], h["test/loss"], h["test/acc"], h["train/loss"]) for h in record["history"]]
 
 
 @pytest.mark.parametrize("lrs", [(3e-3,), (3e-3, 1e-2)])
@@ -64,3 +64,11 @@ def test_checkpoint_is_not_written_when_off_and_a_damaged_one_is_ignored(tmp_pat
     assert checkpoint.load(tmp_path / "bad") is None
     record = train(_cfg(), tmp_path / "bad", quiet=True)
     assert record["epochs"] == 4 and torch.load(tmp_path / "bad" / checkpoint.NAME, weights_only=True)["epoch"] == 3
+
+
+def test_checkpoint_from_before_the_test_metric_names_resumes(tmp_path):
+    from zoo import checkpoint
+
+    checkpoint.save(tmp_path, {"history": [{"epoch": 0, "val/acc": 0.5, "val/acc/N16": 0.4, "train/loss": 1.0}]})
+    assert checkpoint.load(tmp_path)["history"] == [{"epoch": 0, "test/acc": 0.5, "test/acc/N16": 0.4,
+                                                     "train/loss": 1.0}]

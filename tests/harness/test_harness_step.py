@@ -87,7 +87,7 @@ def test_training_with_graphs_and_compile_follows_eager_training(mixer, tmp_path
                       "compile": compile, "early_stop_accuracy": None, "progress_bar": False}})
         record = train(cfg, tmp_path / f"{compile}-{graphs}", quiet=True)
         assert record["status"] == "completed", record.get("error")
-        return [h["val/loss"] for h in record["history"]]
+        return [h["test/loss"] for h in record["history"]]
 
     eager = torch.tensor(run(False, False))
     for compile, graphs in ((False, True), (True, True)):

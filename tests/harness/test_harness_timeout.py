@@ -17,7 +17,7 @@ def test_run_past_its_timeout_stops_after_the_epoch(tmp_path, tiny_base):
 
 
 def test_hung_worker_is_stopped_and_its_run_recorded(write_sweep, tmp_path, faulty_mixers, tiny_base, monkeypatch):
-    monkeypatch.setattr("zoo.scheduler.HANG_GRACE_S", 1.0)
+    monkeypatch.setattr("zoo.backends.local.HANG_GRACE_S", 1.0)
     base = tiny_base()
     base["imports"] = [faulty_mixers]
     path = write_sweep(grid={"run": [{"model.mixer": "test_hang", "train.timeout": 1.0}, {"model.mixer": "softmax"}]},

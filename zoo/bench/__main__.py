@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
                  if r.get("status") != "completed"]
         print(_table(f"MQAR N={ref_n} kv={base.task.params.num_kv_pairs} d={ref_d} batch {base.train.batch_size}, "
                      "attention, one process (x = Zoology's time / this row's)",
-                     ["", "data s", "epoch s", "x epoch", "x data", "val acc per epoch"], rows), flush=True)
+                     ["", "data s", "epoch s", "x epoch", "x data", "test acc per epoch"], rows), flush=True)
 
     epoch_s, group_s, width_factor = {}, {}, {}
     if "epochs" in sections or "grid" in sections:

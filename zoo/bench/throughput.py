@@ -56,7 +56,7 @@ def _timing(record: dict) -> dict:
     epochs = [h["train_seconds"] for h in record["history"]]
     return {"status": "completed", "data_s": record["data_seconds"],
             "epoch_s": statistics.median(epochs[1:] or epochs), "first_epoch_s": epochs[0],
-            "accuracy": [round(h["val/acc"], 4) for h in record["history"]]}
+            "accuracy": [round(h["test/acc"], 4) for h in record["history"]]}
 
 
 def time_run(cfg: DictConfig) -> dict:

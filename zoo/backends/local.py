@@ -1,0 +1,158 @@
+"""The local backend: persistent worker processes (``python -m zoo.worker``) on every GPU of this machine,
+several per GPU, or on the CPU, each taking the next group of runs from the queue.
+
+Python, CUDA and Triton start once per worker, not once per run. Workers die with the sweep process
+(PR_SET_PDEATHSIG), so a killed sweep leaves no orphan writing into its folder; a worker that crashes or
+passes its group's time limit is replaced, its group is recorded as failed or timed out, and the others go on.
+"""
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from zoo.backends import MAX_RUNS_PER_GPU, Options, crash_record
+from zoo.results import prepare_run_dir
+
+GIB = 1 << 30
+MEMORY_PER_RUN = 10 * GIB  # the default share of GPU memory one run is given
+# Measured on an H100 at the figure-2 cell: with CUDA graphs one run keeps the GPU about 90% busy within an
+# epoch (zoo.bench.profile) and a group of 4 steps in 10.7 ms (about 4.2 s per epoch, zoo.bench.step), while 4
+# eager workers sharing the GPU, each on a group of 4, took 20.7 s per group epoch: more processes stop paying
+# once the GPU is busy. A second worker fills the gaps between epochs (validation, data, graph capture);
+# 2 against 1 or 4 with graphs on is not measured yet.
+WORKERS_PER_GPU = 2
+HANG_GRACE_S = 60.0  # a group with train.timeout that has no result this long after it is counted as hung
+
+
+def default_runs_per_gpu() -> int:
+    """How many runs share a GPU when the sweep does not say: one per MEMORY_PER_RUN of its memory."""
+    import torch
+
+    total = torch.cuda.get_device_properties(0).total_memory
+    return max(1, min(MAX_RUNS_PER_GPU, total // MEMORY_PER_RUN))
+
+
+def default_workers_per_gpu() -> int:
+    """Worker processes per GPU when the sweep does not say: one per MEMORY_PER_RUN of its memory, at most
+    WORKERS_PER_GPU (see there)."""
+    return min(WORKERS_PER_GPU, default_runs_per_gpu())
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec (Linux)
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG = 1
+
+
+class Worker:
+    """One persistent ``python -m zoo.worker`` process on one slot (a GPU index, or "" for the CPU)."""
+
+    def __init__(self, slot: str, threads: int, log: Path):
+        self.slot, self.log = slot, log
+        read_fd, write_fd = os.pipe()
+        env = {**os.environ, "CUDA_VISIBLE_DEVICES": slot, "OMP_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1"}
+        log.parent.mkdir(parents=True, exist_ok=True)
+        self.log_file = open(log, "a")
+        self.proc = subprocess.Popen([sys.executable, "-m", "zoo.worker", str(write_fd)], env=env, text=True,
+                                     stdin=subprocess.PIPE, stdout=self.log_file, stderr=subprocess.STDOUT,
+                                     pass_fds=(write_fd,), preexec_fn=_die_with_parent)
+        os.close(write_fd)
+        self.replies = os.fdopen(read_fd, "r")
+        self.group: list | None = None
+        self.started = 0.0
+
+    def start(self, group: list, run_dirs: list[Path]) -> None:
+        self.group, self.started = group, time.time()
+        try:
+            self.proc.stdin.write(json.dumps([str(d) for d in run_dirs]) + "\n")
+            self.proc.stdin.flush()
+        except BrokenPipeError:  # the worker died: the loop records its group as failed
+            pass
+
+    def time_limit(self) -> float | None:
+        """Seconds after which the group counts as hung: its longest train.timeout plus HANG_GRACE_S."""
+        limits = [r.cfg.train.get("timeout") for r in self.group or []]
+        return None if any(x is None for x in limits) or not limits else max(limits) + HANG_GRACE_S
+
+    def stop(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+        try:
+            self.proc.stdin.close()
+        except BrokenPipeError:
+            pass
+        self.replies.close()
+        self.log_file.close()
+
+
+def _died(worker: Worker, returncode: int) -> str:
+    tail = worker.log.read_text(errors="replace")[-2000:] if worker.log.exists() else ""
+    return f"worker exited with code {returncode}\n{tail}"
+
+
+def train(groups: list[list], out: Path, options: Options, finish, running) -> None:
+    """Train ``groups`` in worker processes (see ``zoo.backends``)."""
+    import torch
+
+    n_gpus = torch.cuda.device_count()
+    if n_gpus:
+        per_gpu = options.runs_per_gpu or default_workers_per_gpu()
+        slots = [str(g) for _ in range(per_gpu) for g in range(n_gpus)]
+    else:
+        slots = [""] * max(1, options.cpu_workers)
+    threads = max(1, (os.cpu_count() or 1) // len(slots))
+    queue = list(groups)
+    workers: list[Worker] = []
+    idle_deaths = 0
+
+    def settle(worker: Worker, records: list[dict] | None, error: str = "") -> None:
+        """Hand on the worker's group: the records it returned, or one crash/timeout record per run."""
+        for i, run in enumerate(worker.group):
+            finish(run, records[i] if records else crash_record(run, error))
+        worker.group = None
+
+    try:
+        workers = [Worker(slot, threads, out / "workers" / f"{i}.log") for i, slot in enumerate(slots)]
+        while queue or any(w.group for w in workers):
+            for i, w in enumerate(workers):
+                if w.proc.poll() is not None:
+                    w.stop()
+                    if w.group:
+                        settle(w, None, _died(w, w.proc.returncode))
+                    else:  # died with nothing to do: it cannot start (a broken install); do not respawn forever
+                        idle_deaths += 1
+                        if idle_deaths > 3:
+                            tail = w.log.read_text(errors="replace")[-2000:] if w.log.exists() else ""
+                            raise RuntimeError(f"sweep workers exit before training anything:\n{tail}")
+                    workers[i] = w = Worker(w.slot, threads, w.log)
+                elif w.group and w.time_limit() and time.time() - w.started > w.time_limit():
+                    limit = w.time_limit()
+                    w.stop()
+                    for run in w.group:
+                        record = crash_record(run, f"no result {limit:.0f} s after the start (train.timeout plus "
+                                                   "HANG_GRACE_S): the worker was stopped")
+                        finish(run, {**record, "status": "timeout"})
+                    w.group = None
+                    workers[i] = w = Worker(w.slot, threads, w.log)
+                if w.group is None and queue:
+                    group = queue.pop(0)
+                    w.start(group, [prepare_run_dir(out, run) for run in group])
+            running(sum(len(w.group or []) for w in workers))
+            busy = [w for w in workers if w.group]
+            ready, _, _ = select.select([w.replies for w in busy], [], [], 0.2)
+            for w in busy:
+                if w.replies in ready:
+                    line = w.replies.readline()
+                    try:
+                        records = json.loads(line)
+                    except ValueError:  # end of file or a torn reply: the worker died; the next pass records it
+                        continue
+                    settle(w, records)
+    finally:  # on Ctrl-C or any error: stop the workers; their runs stay unfinished
+        for w in workers:
+            w.stop()
