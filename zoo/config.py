@@ -245,7 +245,7 @@ def check_run(run: dict) -> RunSpec:
 
 def check_mixer_kwargs(mixer: str, kwargs: dict, key: str = "model.mixer_kwargs") -> None:
     """Names the mixer's constructor takes, with the types it annotates (strict, like the schema)."""
-    from zoo.registry import check_mixer_kwargs as check_names, get_mixer
+    from zoo.mixers.registry import check_mixer_kwargs as check_names, get_mixer
 
     check_names(mixer, kwargs, key)
     hints = _constructor_hints(get_mixer(mixer))

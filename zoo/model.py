@@ -13,7 +13,7 @@ from torch import nn
 
 from kernels.layer_norm import LayerNorm
 from zoo.errors import ConfigError
-from zoo.registry import POSITIONS, get_mixer
+from zoo.mixers.registry import POSITIONS, get_mixer
 
 INITS = ("zoology", "mixer")
 
@@ -110,7 +110,7 @@ class LanguageModel(nn.Module):
         vocab_size: V, size of the input and output vocabulary.
         d_model: D, the model width.
         n_layers: number of blocks.
-        mixer: registered sequence mixer name (see ``zoo.registry``).
+        mixer: registered sequence mixer name (see ``zoo.mixers.registry``).
         mixer_kwargs: extra keyword arguments for the mixer's constructor.
         max_seq_len: longest sequence the model will see (sizes position tables and filters).
         state_mixer: "identity" (Zoology's MQAR default) or "mlp".
@@ -124,7 +124,7 @@ class LanguageModel(nn.Module):
             windows as in BASED, or attention in one layer of a recurrent model); see :func:`layer_mixers`.
 
     The model gives ``n_layers``, ``dropout`` and ``positions`` to a mixer whose constructor has a
-    parameter of that name (``zoo.registry.MODEL_OPTIONS``, not settable as mixer kwargs), so every mixer gets the same values.
+    parameter of that name (``zoo.mixers.registry.MODEL_OPTIONS``, not settable as mixer kwargs), so every mixer gets the same values.
     """
 
     def __init__(self, vocab_size: int, d_model: int, n_layers: int = 2, mixer: str = "softmax",

@@ -47,7 +47,7 @@ from zoo.backends import BACKENDS
 from zoo.config import PositiveInt, RunConfig, Schema, check_mixer_kwargs, check_run, import_user_modules, plain, \
     resolve, run_id, schema_error
 from zoo.errors import ConfigError
-from zoo.registry import get_mixer
+from zoo.mixers.registry import get_mixer
 
 
 class SweepSpec(Schema):
@@ -290,7 +290,7 @@ def load_sweep(path: str | Path, overrides: list[str] = (), out: str | None = No
 
 def list_registered() -> str:
     from tasks import list_tasks
-    from zoo.registry import list_mixers
+    from zoo.mixers.registry import list_mixers
 
     return f"mixers: {', '.join(list_mixers())}\ntasks:  {', '.join(list_tasks())}"
 

@@ -6,7 +6,7 @@ kernel would."""
 import torch
 from torch import nn
 
-from zoo.registry import register_mixer
+from zoo.mixers.registry import register_mixer
 
 
 class _Linear(nn.Module):

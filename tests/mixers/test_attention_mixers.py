@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from zoo.errors import ConfigError
+from zoo.mixers.registry import check_mixer_kwargs
 from zoo.model import LanguageModel
-from zoo.registry import check_mixer_kwargs
 from zoo.rope import apply_rope
 from causality import assert_causal
 

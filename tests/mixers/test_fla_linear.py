@@ -10,7 +10,7 @@ from kernels import backend
 from kernels.backend import FLA_CHUNK_MODULES_BROKEN_ON_HOPPER, fast_module, fla_chunks_unreliable
 from zoo.errors import ConfigError
 from zoo.model import LanguageModel
-from zoo.registry import check_mixer_kwargs, get_mixer
+from zoo.mixers.registry import check_mixer_kwargs, get_mixer
 from causality import assert_causal
 
 # mixer -> (fla module, fla op) that its GPU fast path calls, and the kernels entry that calls it

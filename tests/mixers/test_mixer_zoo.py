@@ -7,7 +7,7 @@ import torch
 from kernels import backend
 from zoo.errors import ConfigError
 from zoo.model import LanguageModel
-from zoo.registry import check_mixer_kwargs, get_mixer
+from zoo.mixers.registry import check_mixer_kwargs, get_mixer
 from causality import assert_causal
 
 ZOO = ["hyena", "rwkv", "rwkv7", "mamba", "mamba2", "based"]

@@ -13,8 +13,8 @@ import time
 import torch
 
 from zoo.data import LabelledSegment
+from zoo.mixers.registry import list_mixers
 from zoo.model import LanguageModel
-from zoo.registry import list_mixers
 from zoo.step import Member, TrainStep, build_optimizer
 
 VOCAB = 8192

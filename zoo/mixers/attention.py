@@ -13,7 +13,7 @@ from torch import nn
 
 from kernels.gatedfwa import gated_window_attention
 from zoo.errors import ConfigError
-from zoo.registry import POSITIONS, register_mixer
+from zoo.mixers.registry import POSITIONS, register_mixer
 from zoo.rope import apply_rope
 
 

@@ -15,7 +15,7 @@ from torch import nn
 from kernels.based import based_attention
 from zoo.errors import ConfigError
 from zoo.mixers.short_conv import ShortConv
-from zoo.registry import register_mixer
+from zoo.mixers.registry import register_mixer
 
 
 class BaseConv(nn.Module):

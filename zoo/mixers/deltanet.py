@@ -26,8 +26,8 @@ from torch import nn
 from kernels.delta_rule import delta_rule
 from zoo.errors import ConfigError
 from zoo.mixers.linear_blocks import HeadRMSNorm, check_num_heads, expanded_dim
+from zoo.mixers.registry import register_mixer
 from zoo.mixers.short_conv import ShortConv
-from zoo.registry import register_mixer
 
 
 class DeltaRuleLayer(nn.Module):

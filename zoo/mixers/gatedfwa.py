@@ -39,7 +39,7 @@ from torch import nn
 from kernels.gatedfwa import gate_cumsum, gated_window_attention
 from zoo.errors import ConfigError
 from zoo.mixers.attention import SlidingWindowAttention
-from zoo.registry import register_mixer
+from zoo.mixers.registry import register_mixer
 
 QK_NORMS = ("gain", "plain", "none")
 VARIANTS = {

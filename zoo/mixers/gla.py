@@ -19,7 +19,7 @@ from torch import nn
 from kernels.gla import gla
 from zoo.errors import ConfigError
 from zoo.mixers.linear_blocks import HeadRMSNorm, check_num_heads, expanded_dim
-from zoo.registry import register_mixer
+from zoo.mixers.registry import register_mixer
 
 
 @register_mixer("gla")

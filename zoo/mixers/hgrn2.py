@@ -26,7 +26,7 @@ from torch import nn
 from kernels.gla import gla
 from zoo.errors import ConfigError
 from zoo.mixers.linear_blocks import HeadRMSNorm
-from zoo.registry import register_mixer
+from zoo.mixers.registry import register_mixer
 
 FLA_EXPAND_RATIO = 128
 

@@ -17,7 +17,7 @@ from torch import nn
 from kernels.long_conv import long_conv
 from zoo.errors import ConfigError
 from zoo.mixers.short_conv import ShortConv
-from zoo.registry import register_mixer
+from zoo.mixers.registry import register_mixer
 
 
 class Sin(nn.Module):

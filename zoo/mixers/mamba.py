@@ -17,7 +17,7 @@ from torch import nn
 from kernels.selective_scan import selective_scan
 from zoo.errors import ConfigError
 from zoo.mixers.short_conv import ShortConv
-from zoo.registry import register_mixer
+from zoo.mixers.registry import register_mixer
 
 
 @register_mixer("mamba")

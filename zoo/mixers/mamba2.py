@@ -19,7 +19,7 @@ from torch import nn
 from kernels.ssd import ssd
 from zoo.errors import ConfigError
 from zoo.mixers.short_conv import ShortConv
-from zoo.registry import register_mixer
+from zoo.mixers.registry import register_mixer
 
 
 class GatedRMSNorm(nn.Module):

@@ -18,7 +18,7 @@ from torch import nn
 from kernels.retention import retention
 from zoo.errors import ConfigError
 from zoo.mixers.linear_blocks import HeadRMSNorm, check_num_heads, expanded_dim
-from zoo.registry import register_mixer
+from zoo.mixers.registry import register_mixer
 
 
 def rotary(x: torch.Tensor, base: float = 10000.0) -> torch.Tensor:

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from kernels.wkv4 import wkv4
-from zoo.registry import register_mixer
+from zoo.mixers.registry import register_mixer
 
 
 def depth_ratios(layer_idx: int, n_layers: int) -> tuple[float, float]:

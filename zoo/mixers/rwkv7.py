@@ -19,7 +19,7 @@ from torch import nn
 
 from kernels.rwkv7 import rwkv7
 from zoo.errors import ConfigError
-from zoo.registry import register_mixer
+from zoo.mixers.registry import register_mixer
 
 W_SCALE = 0.6065306597126334  # exp(-0.5): per-step log decay lies in (-W_SCALE, 0)
 
