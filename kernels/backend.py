@@ -15,6 +15,8 @@ import logging
 
 import torch
 
+from zoo.optional import optional_import
+
 log = logging.getLogger("zoo")
 
 NAIVE = "naive"
@@ -40,20 +42,6 @@ def last_backend(op: str) -> str | None:
 def clear() -> None:
     """Forget every record (before a run whose backends a test checks)."""
     _LAST.clear()
-
-
-@functools.cache
-def optional_import(module: str, purpose: str):
-    """Import ``module`` or return None, saying once (per module) what falls back to the reference.
-
-    Catches every ``ImportError``: packages such as mamba-ssm install but fail to import when their
-    compiled extension does not match the installed torch.
-    """
-    try:
-        return importlib.import_module(module)
-    except ImportError as err:
-        log.warning("zoo: %s not importable (%s); %s", module, err, purpose)
-        return None
 
 
 # fla's chunk kernels are wrong on Hopper GPUs with Triton >= 3.4 and < 3.7.1 (fla issue #640; fla itself

@@ -23,9 +23,27 @@ import json
 import logging
 import os
 import shutil
+from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
+from omegaconf import DictConfig, OmegaConf
+
 from zoo.errors import ConfigError
+
+
+@dataclass
+class Run:
+    """One run of a sweep (or of ``python -m zoo.run``): its id, resolved config and grid label."""
+
+    id: str
+    config: dict  # the resolved run config, plain
+    label: str  # the grid values that make this run, for humans
+
+    @cached_property
+    def cfg(self) -> DictConfig:
+        return OmegaConf.create(self.config)
+
 
 FINAL = ("completed", "diverged", "timeout")  # outcomes a rerun keeps; "failed" runs are tried again
 MIN_FREE_BYTES = 1 << 20  # an output folder with less free space is refused before training

@@ -188,8 +188,7 @@ def load_config(path: str | None, overrides: list[str]) -> DictConfig:
 
 def main(argv: list[str] | None = None) -> int:
     from zoo.errors import ConfigError
-    from zoo.results import SweepLock, SweepLocked, check_writable, pending, prepare_run_dir, write_result
-    from zoo.sweep import Run
+    from zoo.results import Run, SweepLock, SweepLocked, check_writable, pending, prepare_run_dir, write_result
 
     parser = argparse.ArgumentParser(prog="python -m zoo.run", description=__doc__.splitlines()[0])
     parser.add_argument("args", nargs="+", metavar="config.yaml|key=value",

@@ -48,6 +48,7 @@ from zoo.config import PositiveInt, RunConfig, Schema, check_mixer_kwargs, check
     resolve, run_id, schema_error
 from zoo.errors import ConfigError
 from zoo.mixers.registry import get_mixer
+from zoo.results import Run
 
 
 class SweepSpec(Schema):
@@ -60,17 +61,6 @@ class SweepSpec(Schema):
     seeds: Optional[PositiveInt] = None
     mixer_kwargs: dict[str, dict[str, Any]] = {}
     runs_per_gpu: Optional[PositiveInt] = None
-
-
-@dataclass
-class Run:
-    id: str
-    config: dict  # the resolved run config, plain
-    label: str  # the grid values that make this run, for humans
-
-    @functools.cached_property
-    def cfg(self) -> DictConfig:
-        return OmegaConf.create(self.config)
 
 
 @dataclass

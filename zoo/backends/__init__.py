@@ -5,7 +5,7 @@ A backend is a module with one function::
 
     train(groups, out, options, finish, running) -> None
 
-``groups`` are lists of runs (``zoo.sweep.Run``: ``id``, ``cfg``, ``label``) that differ only in lr, in the
+``groups`` are lists of runs (``zoo.results.Run``: ``id``, ``cfg``, ``label``) that differ only in lr, in the
 order to start them (``zoo.scheduler.group_runs``). The backend prepares each run's folder
 (``zoo.results.prepare_run_dir``) before it starts, and calls ``finish(run, record)`` exactly once per run
 with its result record, trained or made by :func:`crash_record`; it writes no result itself (``finish``
