@@ -1,4 +1,4 @@
-"""``python -m kernels.bench``: GatedFWA kernels against the strongest peers, timed in one process.
+"""``python -m zoo.kernels.bench``: GatedFWA kernels against the strongest peers, timed in one process.
 
 Rows per attention shape (forward and forward+backward, ms and TFLOP/s of the windowed work):
 ours; ours with the gate off; FlexAttention (``torch.compile``d, score_mod adding ``u_i - u_j``,
@@ -6,7 +6,7 @@ sliding-window block mask); flash-linear-attention ``parallel_attn(g=-alpha, win
 SDPA full causal attention without gate (a speed reference). Then the preprocessing scan against
 eager and compiled PyTorch, in GB/s next to a device-to-device copy.
 
-    python -m kernels.bench --shapes 1,16,65536,64,512 256,2,512,64,256 --dtype bf16
+    python -m zoo.kernels.bench --shapes 1,16,65536,64,512 256,2,512,64,256 --dtype bf16
 """
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ import argparse
 import torch
 import torch.nn.functional as F
 
-from kernels.gatedfwa import gate_cumsum, gated_window_attention
-from kernels.gatedfwa.naive import gate_cumsum_ref
-from kernels.backend import optional_import
+from zoo.kernels.gatedfwa import gate_cumsum, gated_window_attention
+from zoo.kernels.gatedfwa.naive import gate_cumsum_ref
+from zoo.kernels.backend import optional_import
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
@@ -83,7 +83,7 @@ def attention_rows(B, H, T, D, window, dtype):
     except Exception as err:  # a peer failing must not hide the other rows
         rows["FlexAttention"] = f"failed: {type(err).__name__}: {str(err)[:80]}"
 
-    fla_attn = optional_import("fla.ops.attn", "kernels.bench skips the fla parallel_attn row")
+    fla_attn = optional_import("fla.ops.attn", "zoo.kernels.bench skips the fla parallel_attn row")
     if fla_attn is None:
         rows["fla parallel_attn"] = "skipped: flash-linear-attention (fla.ops.attn) not importable"
     else:
@@ -125,7 +125,7 @@ def main():
     parser.add_argument("--scan", default="65536,64", help="preprocessing shape T,H (empty to skip)")
     args = parser.parse_args()
     if not torch.cuda.is_available():
-        raise SystemExit("kernels.bench needs a CUDA GPU")
+        raise SystemExit("zoo.kernels.bench needs a CUDA GPU")
     print(f"GPU: {torch.cuda.get_device_name()}  torch {torch.__version__}  dtype {args.dtype}")
     for shape in args.shapes:
         B, H, T, D, window = (int(x) for x in shape.split(","))

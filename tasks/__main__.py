@@ -1,6 +1,6 @@
-"""Look at a task's data: ``python -m tasks <name> key=value ... --show K [--format json]``.
+"""Look at a task's data: ``python -m zoo.tasks <name> key=value ... --show K [--format json]``.
 
-Example: ``python -m tasks mqar input_seq_len=32 num_kv_pairs=4 vocab_size=64 --show 2``. The human format
+Example: ``python -m zoo.tasks mqar input_seq_len=32 num_kv_pairs=4 vocab_size=64 --show 2``. The human format
 prints each example in aligned blocks of columns: position, input, label (blank where the label is -100),
 and for tasks with token names (S5) the name of each input and label token under its id.
 """
@@ -10,7 +10,7 @@ import argparse
 import json
 import sys
 
-from tasks.registry import get_task, list_tasks
+from zoo.tasks.registry import get_task, list_tasks
 from zoo.errors import ConfigError
 
 LINE_WIDTH = 100
@@ -95,7 +95,7 @@ def show(task, name: str, count: int, seed: int, device: str, fmt: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tasks", description="Show examples of a synthetic task.")
+    parser = argparse.ArgumentParser(prog="python -m zoo.tasks", description="Show examples of a synthetic task.")
     parser.add_argument("name", help=f"task name, one of {', '.join(list_tasks())}")
     parser.add_argument("params", nargs="*", help="task parameters as key=value")
     parser.add_argument("--show", type=int, default=3, metavar="K", help="how many examples to print (default 3)")

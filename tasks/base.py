@@ -17,7 +17,7 @@ Every task provides:
 * ``generate(num_examples, seed, device) -> (inputs, labels)``: two ``(num_examples, N)`` int64 tensors on
   ``device``, labels ``-100`` where no loss is taken; the same ``(seed, device)`` gives the same data.
 
-and may provide ``describe_tokens(ids) -> list[str]`` (readable names for ``python -m tasks --show``) and set
+and may provide ``describe_tokens(ids) -> list[str]`` (readable names for ``python -m zoo.tasks --show``) and set
 ``backbone``, the model its runs must use (``model.backbone``; "lm" unless the task says otherwise).
 """
 from __future__ import annotations

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 
 import torch
 
-from tasks.base import Task, check_int, make_generator
-from tasks.registry import register_task
+from zoo.tasks.base import Task, check_int, make_generator
+from zoo.tasks.registry import register_task
 
 
 @register_task("compression")

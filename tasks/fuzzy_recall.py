@@ -31,9 +31,9 @@ from dataclasses import dataclass
 
 import torch
 
-from tasks.base import IGNORE_INDEX, Task, check_bool, check_int, make_generator
-from tasks.mqar import sample_distinct
-from tasks.registry import register_task
+from zoo.tasks.base import IGNORE_INDEX, Task, check_bool, check_int, make_generator
+from zoo.tasks.mqar import sample_distinct
+from zoo.tasks.registry import register_task
 from zoo.errors import ConfigError
 
 

@@ -33,8 +33,8 @@ from dataclasses import dataclass
 
 import torch
 
-from tasks.base import IGNORE_INDEX, Task, check_bool, check_int, check_positive_float, make_generator
-from tasks.registry import register_task
+from zoo.tasks.base import IGNORE_INDEX, Task, check_bool, check_int, check_positive_float, make_generator
+from zoo.tasks.registry import register_task
 from zoo.errors import ConfigError
 
 

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from zoo.registry import Registry
 
-BUILTINS = ("tasks.mqar", "tasks.s5", "tasks.word_problem", "tasks.recall", "tasks.fuzzy_recall", "tasks.copying",
-            "tasks.memorization", "tasks.compression")
+BUILTINS = ("zoo.tasks.mqar", "zoo.tasks.s5", "zoo.tasks.word_problem", "zoo.tasks.recall", "zoo.tasks.fuzzy_recall", "zoo.tasks.copying",
+            "zoo.tasks.memorization", "zoo.tasks.compression")
 TASKS = Registry("task", "task.name", BUILTINS)
 
 

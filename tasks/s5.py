@@ -4,7 +4,7 @@ Tokens. For ``S5``, ``A5`` and ``transpositions`` a token id is one of the 120 p
 ``(0, 1, 2, 3, 4)``, numbered in lexicographic order of their one-line notation (id 0 is the identity
 ``01234``, id 1 is ``01243``, ..., id 119 is ``43210``); inputs and labels share this vocabulary of 120.
 ``Z60`` has its own vocabulary of 60: id ``r`` is the residue ``r`` of the cyclic group of order 60
-(addition mod 60), named ``"r"``. Composition order and labels are those of ``tasks.word_problem``::
+(addition mod 60), named ``"r"``. Composition order and labels are those of ``zoo.tasks.word_problem``::
 
     label[t] = x[t] o x[t-1] o ... o x[0]        (x[0] acts first)
 
@@ -25,9 +25,9 @@ from dataclasses import dataclass
 
 import torch
 
-from tasks.groups import build_group, prefix_compose
-from tasks.registry import register_task
-from tasks.word_problem import RunningProduct
+from zoo.tasks.groups import build_group, prefix_compose
+from zoo.tasks.registry import register_task
+from zoo.tasks.word_problem import RunningProduct
 from zoo.errors import ConfigError
 
 __all__ = ["GROUPS", "GroupTables", "S5WordProblem", "group_tables", "prefix_compose"]

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-from tasks.registry import get_task
+from zoo.tasks.registry import get_task
 from zoo.errors import ConfigError
 
 SPLITS = ("train", "val", "test")
@@ -40,7 +40,7 @@ def segment_seed(seed: int, split: str, index: int) -> int:
     return SPLITS.index(split) * _SEED_RANGE + int.from_bytes(digest[:8], "little") % _SEED_RANGE
 
 
-def _plan(task_name: str, common: dict, segments: list[dict], split: str) -> list[tuple[object, int, str]]:
+def plan_split(task_name: str, common: dict, segments: list[dict], split: str) -> list[tuple[object, int, str]]:
     """``(task, num_examples, name)`` per segment, every segment checked; names as in :func:`build_split`."""
     _check_split(split)
     cls = get_task(task_name)
@@ -66,7 +66,7 @@ def build_split(task_name: str, common: dict, segments: list[dict], split: str, 
     already taken in this split gets the suffix ``"_<i>"``.
     """
     built: list[Segment] = []
-    for index, (task, num_examples, name) in enumerate(_plan(task_name, common, segments, split)):
+    for index, (task, num_examples, name) in enumerate(plan_split(task_name, common, segments, split)):
         inputs, labels = task.generate(num_examples, segment_seed(seed, split, index), device)
         built.append(Segment(name, inputs, labels, task.params()))
     return built
@@ -79,7 +79,7 @@ def segment_chances(task_name: str, common: dict, segments: list[dict], split: s
     problem over the whole group, ``1/2`` for parity); chance-corrected accuracy is
     ``(accuracy - chance) / (1 - chance)``. A user task without ``chance`` gives ``{}``.
     """
-    planned = _plan(task_name, common, segments, split)
+    planned = plan_split(task_name, common, segments, split)
     if not all(hasattr(task, "chance") for task, _, _ in planned):
         return {}
     return {name: task.chance for task, _, name in planned}

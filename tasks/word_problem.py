@@ -6,12 +6,12 @@ an alphabet of group elements, and labels every position with the product so far
     label[t] = x[t] o x[t-1] o ... o x[0]        (x[0] acts first)
 
 so ``label[0] = x[0]`` and ``label[t] = x[t] o label[t-1]``. Inputs and labels share one vocabulary: the ids
-of the group's elements (``tasks.groups``). With ``final_only`` only the last position is labelled (the
+of the group's elements (``zoo.tasks.groups``). With ``final_only`` only the last position is labelled (the
 others -100). There is no maximum length, so test segments may be longer than training ones.
 
 Tasks:
 
-* ``word_problem``: any group of ``tasks.groups`` (``group: S5 | A4 | Z60 | A5xZ5 | ...``), letters from the
+* ``word_problem``: any group of ``zoo.tasks.groups`` (``group: S5 | A4 | Z60 | A5xZ5 | ...``), letters from the
   whole group; vocabulary ``|G|``.
 * ``parity``: letters are bits ``0``/``1``, the label is the parity of the bits so far (the word problem of
   ``Z2``).
@@ -28,9 +28,9 @@ from dataclasses import dataclass
 
 import torch
 
-from tasks.base import IGNORE_INDEX, Task, check_bool, check_int, make_generator
-from tasks.groups import MAX_ORDER, build_group, label_chance, parse_group, prefix_compose
-from tasks.registry import register_task
+from zoo.tasks.base import IGNORE_INDEX, Task, check_bool, check_int, make_generator
+from zoo.tasks.groups import MAX_ORDER, build_group, label_chance, parse_group, prefix_compose
+from zoo.tasks.registry import register_task
 from zoo.errors import ConfigError
 
 
@@ -92,7 +92,7 @@ class RunningProduct(Task):
 @register_task("word_problem")
 @dataclass(kw_only=True)
 class WordProblem(RunningProduct):
-    """The word problem of ``group`` (``tasks.groups``: ``S5``, ``A4``, ``Z60``, ``A5xZ5``...), letters from the
+    """The word problem of ``group`` (``zoo.tasks.groups``: ``S5``, ``A4``, ``Z60``, ``A5xZ5``...), letters from the
     whole group."""
 
     group: str = "S5"

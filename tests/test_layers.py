@@ -1,4 +1,4 @@
-"""The import graph of zoo, tasks and kernels: every import goes down the layers, and no modules import each other.
+"""The import graph of zoo (zoo.tasks and zoo.kernels included): every import goes down the layers, and no modules import each other.
 
 ``LAYERS`` lists the layers from the bottom. A module may import modules of its own layer and of the
 layers below it; names of one layer separated by `` | `` are independent (neither imports the other).
@@ -12,15 +12,16 @@ that import each other lazily are still one module split in two files. Imports b
 from __future__ import annotations
 
 import ast
+import os
 import textwrap
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = {"zoo": "zoo", "tasks": "tasks", "kernels": "kernels"}  # import name -> folder, as pyproject.toml installs them
+PACKAGES = {"zoo": "zoo", "zoo.tasks": "tasks", "zoo.kernels": "kernels"}  # import name -> folder
 
 LAYERS = [
     "zoo.errors zoo.optional zoo.registry",  # base: the standard library and torch only
-    "kernels | tasks",                       # plain PyTorch references and Triton kernels | synthetic tasks
+    "zoo.kernels | zoo.tasks",               # plain PyTorch references and Triton kernels | synthetic tasks
     "zoo.rope zoo.mixers",                   # sequence mixers
     "zoo.model zoo.autoencoder",             # the models around the mixers
     "zoo.spec",                              # what a run needs from its task, resolved once; config -> model
@@ -35,14 +36,20 @@ LAYERS = [
 ALLOWED: dict[tuple[str, str], str] = {}
 
 
-def import_graph(root: Path, packages: dict[str, str]) -> dict[str, set[str]]:
-    """Module name -> the modules of ``packages`` that it imports, from every ``*.py`` under their folders."""
+def modules(root: Path, packages: dict[str, str]) -> dict[str, Path]:
+    """Module name -> file, for every ``*.py`` under the folders of ``packages`` (import name -> folder)."""
     files = {}
     for name, folder in packages.items():
-        for path in sorted((root / folder).rglob("*.py")):
-            parts = path.relative_to(root / folder).with_suffix("").parts
-            parts = parts[:-1] if parts[-1] == "__init__" else parts
-            files[".".join((name, *parts))] = path
+        for directory, _, names in os.walk(root / folder):  # not into links: zoo/tasks is tasks/, mapped on its own
+            for path in sorted(Path(directory) / n for n in names if n.endswith(".py")):
+                parts = path.relative_to(root / folder).with_suffix("").parts
+                files[".".join((name, *(parts[:-1] if parts[-1] == "__init__" else parts)))] = path
+    return files
+
+
+def import_graph(root: Path, packages: dict[str, str]) -> dict[str, set[str]]:
+    """Module name -> the modules of ``packages`` that it imports."""
+    files = modules(root, packages)
     graph = {module: set() for module in files}
     for module, path in files.items():
         package = module if path.name == "__init__.py" else module.rpartition(".")[0]
@@ -131,6 +138,12 @@ def test_imports_go_down_the_layers():
 
 def test_no_import_cycles():
     assert cycles(repo_graph()) == []
+
+
+def test_tasks_and_kernels_are_linked_into_zoo():
+    """zoo/tasks and zoo/kernels are links to the folders that PACKAGES maps them to (what makes them zoo.*)."""
+    for name, folder in PACKAGES.items():
+        assert (ROOT / name.replace(".", "/")).resolve() == (ROOT / folder).resolve(), name
 
 
 def write_tree(root: Path, files: dict[str, str]) -> None:

@@ -26,7 +26,7 @@ import math
 import torch
 from torch import nn
 
-from kernels.layer_norm import LayerNorm
+from zoo.kernels.layer_norm import LayerNorm
 from zoo.model import LanguageModel
 
 

@@ -9,7 +9,7 @@ A run config has four sections (YAML, read with omegaconf)::
 
 A segment is a dict of task-parameter overrides plus ``num_examples``; a split with several
 segments mixes several (N, kv) settings, and accuracy is reported per segment too. Segments are
-checked where a split is planned (``tasks.split``, through ``zoo.spec.run_spec``), ``num_examples``
+checked where a split is planned (``zoo.tasks.split``, through ``zoo.spec.run_spec``), ``num_examples``
 included, and what a run needs from them is resolved there once (``zoo.spec.RunSpec``).
 
 Every key has a type and a range, declared once in the pydantic models below (strict: ``"512"`` is
@@ -234,7 +234,7 @@ def check_run(run: dict) -> RunSpec:
             except ConfigError as err:
                 raise ConfigError(f"model.layers[{i}].{err.key.removeprefix('model.')}", err.value, err.allowed) from None
     spec = run_spec(run)
-    from tasks import get_task
+    from zoo.tasks import get_task
 
     needed = get_task(run["task"]["name"]).backbone
     if m["backbone"] != needed:

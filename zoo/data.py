@@ -12,7 +12,7 @@ import lightning as L
 import torch
 from omegaconf import DictConfig
 
-from tasks.base import IGNORE_INDEX
+from zoo.tasks.base import IGNORE_INDEX
 from zoo.config import plain
 
 
@@ -88,7 +88,7 @@ class DeviceBatches:
 
 def build_segments(cfg: DictConfig, split: str, device: torch.device | str) -> list[LabelledSegment]:
     """Generate the ``split`` ("train" or "test") of a run config on ``device``."""
-    from tasks.split import build_split
+    from zoo.tasks.split import build_split
 
     common = plain(cfg.task.params)
     segments = build_split(cfg.task.name, common, [dict(s) for s in cfg.task[split]], split, cfg.seed, device)

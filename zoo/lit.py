@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from omegaconf import DictConfig
 from torch import nn
 
-from tasks.base import IGNORE_INDEX
+from zoo.tasks.base import IGNORE_INDEX
 from zoo.step import Member, TrainStep, autocast_bf16, build_optimizer, lr_factor
 
 

@@ -11,7 +11,7 @@ import math
 import torch
 from torch import nn
 
-from kernels.layer_norm import LayerNorm
+from zoo.kernels.layer_norm import LayerNorm
 from zoo.errors import ConfigError
 from zoo.mixers.registry import POSITIONS, get_mixer
 

@@ -57,7 +57,7 @@ def train_group(cfgs: list[DictConfig], run_dirs: list[Path], device: torch.devi
     import lightning as L
     from lightning.pytorch.callbacks import TQDMProgressBar
 
-    from tasks.base import IGNORE_INDEX
+    from zoo.tasks.base import IGNORE_INDEX
     from zoo import checkpoint
     from zoo.data import TaskDataModule
     from zoo.lit import MixerLM

@@ -4,7 +4,7 @@ A run config names a task and the segments of its train and test splits (``zoo.c
 and the training loop need facts that follow from them: the vocabulary and the longest input (they size
 the embedding and the position tables), each segment's name and chance level (per-segment metrics),
 and the number of batches per epoch (the learning-rate schedule). :func:`run_spec` builds each
-segment's task once, as ``tasks.split`` plans a split (the same names, the same parameter and
+segment's task once, as ``zoo.tasks.split`` plans a split (the same names, the same parameter and
 ``num_examples`` checks), and returns these facts as a frozen :class:`RunSpec` of plain values that is
 passed down from there; nothing below rebuilds a task to ask again.
 """
@@ -20,7 +20,7 @@ from zoo.errors import ConfigError
 
 @dataclass(frozen=True)
 class SegmentSpec:
-    """One segment of a split: its name (as ``tasks.split.build_split`` gives it), size and task facts."""
+    """One segment of a split: its name (as ``zoo.tasks.split.build_split`` gives it), size and task facts."""
 
     name: str
     num_examples: int
@@ -80,9 +80,9 @@ def _task_spec(task_json: str) -> RunSpec:
 
 
 def _split(task: dict, split: str) -> tuple[SegmentSpec, ...]:
-    # tasks.split plans a split exactly as build_split generates it (segment names, num_examples checked)
-    from tasks import get_task
-    from tasks.split import _plan
+    # zoo.tasks.split plans a split exactly as build_split generates it (segment names, num_examples checked)
+    from zoo.tasks import get_task
+    from zoo.tasks.split import plan_split
 
     accepted = [p for p in inspect.signature(get_task(task["name"]).__init__).parameters if p != "self"]
     for i, segment in enumerate(task[split]):
@@ -90,7 +90,7 @@ def _split(task: dict, split: str) -> tuple[SegmentSpec, ...]:
             if name != "num_examples" and name not in accepted:
                 raise ConfigError(f"task.{split}[{i}].{name}", value, accepted)
     return tuple(SegmentSpec(name, n, built.seq_len, built.vocab_size, getattr(built, "chance", None))
-                 for built, n, name in _plan(task["name"], task["params"], task[split], split))
+                 for built, n, name in plan_split(task["name"], task["params"], task[split], split))
 
 
 def build_model(model: dict, vocab_size: int, max_seq_len: int, device=None):

@@ -26,7 +26,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from tasks.base import IGNORE_INDEX
+from zoo.tasks.base import IGNORE_INDEX
 
 WARMUP_STEPS = 3  # eager steps per new shape before recording (lets cuBLAS/cuDNN pick and allocate)
 

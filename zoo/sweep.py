@@ -279,7 +279,7 @@ def load_sweep(path: str | Path, overrides: list[str] = (), out: str | None = No
 
 
 def list_registered() -> str:
-    from tasks import list_tasks
+    from zoo.tasks import list_tasks
     from zoo.mixers.registry import list_mixers
 
     return f"mixers: {', '.join(list_mixers())}\ntasks:  {', '.join(list_tasks())}"

@@ -2,14 +2,14 @@
 
 ``based_attention(q, k, v, backend="auto")``: ``"fla"`` (flash-linear-attention's ``parallel_based``),
 ``"naive"`` (``naive.py``, the exact quadratic form) or ``"auto"`` (fla for CUDA tensors where it imports,
-else the quadratic form). ``kernels.backend.last_backend("based")`` says which ran.
+else the quadratic form). ``zoo.kernels.backend.last_backend("based")`` says which ran.
 """
 from __future__ import annotations
 
 import torch
 
-from kernels.backend import NAIVE, check_backend, fast_path, record
-from kernels.based.naive import based_naive
+from zoo.kernels.backend import NAIVE, check_backend, fast_path, record
+from zoo.kernels.based.naive import based_naive
 
 BACKENDS = ("auto", "fla", NAIVE)
 

@@ -4,14 +4,14 @@
 (flash-linear-attention's ``chunk_delta_rule``, or ``chunk_gated_delta_rule`` when a gate ``g`` is
 given), ``"naive"`` (``naive.delta_rule_recurrent``, the PyTorch recurrence) or ``"auto"`` (fla for CUDA
 tensors where it imports and, for the gated op, works on this GPU; else the recurrence). Used by
-``deltanet`` (no gate) and ``gated_deltanet``. ``kernels.backend.last_backend("delta_rule")`` says which ran.
+``deltanet`` (no gate) and ``gated_deltanet``. ``zoo.kernels.backend.last_backend("delta_rule")`` says which ran.
 """
 from __future__ import annotations
 
 import torch
 
-from kernels.backend import NAIVE, check_backend, fast_path, record
-from kernels.delta_rule.naive import delta_rule_recurrent
+from zoo.kernels.backend import NAIVE, check_backend, fast_path, record
+from zoo.kernels.delta_rule.naive import delta_rule_recurrent
 
 BACKENDS = ("auto", "fla", NAIVE)
 

@@ -2,14 +2,14 @@
 
 ``backend`` picks the implementation: ``"auto"`` (Triton on CUDA tensors, the PyTorch reference in
 ``naive.py`` otherwise), ``"triton"`` or ``"naive"``. Both are differentiable in every tensor argument.
-``kernels.backend.last_backend("gatedfwa.gate_cumsum")`` / ``("gatedfwa.attention")`` say which ran.
+``zoo.kernels.backend.last_backend("gatedfwa.gate_cumsum")`` / ``("gatedfwa.attention")`` say which ran.
 """
 from __future__ import annotations
 
 import torch
 
-from kernels.backend import NAIVE, check_backend, record
-from kernels.gatedfwa.naive import gate_cumsum_ref, gated_window_attention_ref
+from zoo.kernels.backend import NAIVE, check_backend, record
+from zoo.kernels.gatedfwa.naive import gate_cumsum_ref, gated_window_attention_ref
 
 BACKENDS = ("auto", "triton", NAIVE)
 
@@ -35,7 +35,7 @@ def gate_cumsum(h: torch.Tensor, beta: torch.Tensor, eps: float = 1e-6, backend:
         raise ValueError(f"beta.shape={tuple(beta.shape)} is not valid: expected the (B, T, H) shape of h, "
                          f"{tuple(h.shape)}")
     if _use_triton("gatedfwa.gate_cumsum", backend, h):
-        from kernels.gatedfwa.gate_scan import gate_cumsum_triton
+        from zoo.kernels.gatedfwa.gate_scan import gate_cumsum_triton
         return gate_cumsum_triton(h, beta, eps)
     return gate_cumsum_ref(h, beta, eps)
 
@@ -63,7 +63,7 @@ def gated_window_attention(q, k, v, u, window: int, scale: float | None = None, 
     if u is not None and u.shape != q.shape[:3]:
         raise ValueError(f"u.shape={tuple(u.shape)} is not valid: expected (B, T, H) = {tuple(q.shape[:3])}")
     if _use_triton("gatedfwa.attention", backend, q):
-        from kernels.gatedfwa.attention import gated_window_attention_triton
+        from zoo.kernels.gatedfwa.attention import gated_window_attention_triton
         return gated_window_attention_triton(q, k, v, u, window, scale)
     return gated_window_attention_ref(q, k, v, u, window, scale)
 

@@ -24,7 +24,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.layout import last_dim_contiguous
+from zoo.kernels.layout import last_dim_contiguous
 
 LOG2E = tl.constexpr(1.4426950408889634)  # a constexpr, so the kernels can read it too
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
@@ -334,6 +334,6 @@ class GatedWindowAttention(torch.autograd.Function):
 # in its compile subprocess), and it has nothing to fuse into a hand-written kernel.
 @torch.compiler.disable
 def gated_window_attention_triton(q, k, v, u, window: int, scale: float | None = None):
-    """Triton version of :func:`kernels.gatedfwa.naive.gated_window_attention_ref`."""
+    """Triton version of :func:`zoo.kernels.gatedfwa.naive.gated_window_attention_ref`."""
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     return GatedWindowAttention.apply(q, k, v, u, window, scale)

@@ -19,7 +19,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.layout import last_dim_contiguous
+from zoo.kernels.layout import last_dim_contiguous
 
 TILE_ELEMS = 4096  # elements of one [BLOCK_T, BLOCK_H] tile
 TARGET_PROGRAMS = 2048  # enough chunks in flight to fill a GPU's memory pipes
@@ -193,5 +193,5 @@ class GateCumsum(torch.autograd.Function):
 # in its compile subprocess), and it has nothing to fuse into a hand-written kernel.
 @torch.compiler.disable
 def gate_cumsum_triton(h: torch.Tensor, beta: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
-    """Triton version of :func:`kernels.gatedfwa.naive.gate_cumsum_ref`; u is (B, T, H) fp32."""
+    """Triton version of :func:`zoo.kernels.gatedfwa.naive.gate_cumsum_ref`; u is (B, T, H) fp32."""
     return GateCumsum.apply(h, beta, eps)

@@ -2,16 +2,16 @@
 
 ``gla(q, k, v, g, scale=None, backend="auto")``: ``"fla"`` (flash-linear-attention's ``chunk_gla``),
 ``"naive"`` (``naive.gla_recurrent``, the PyTorch recurrence) or ``"auto"`` (fla for CUDA tensors where it
-imports and works on this GPU, else the recurrence; see ``kernels.backend.FLA_CHUNK_MODULES_BROKEN_ON_HOPPER``). Used
-by ``gla`` and ``hgrn2`` (keys tied to the forget gate); ``kernels.retention`` is the same recurrence with
-a fixed decay per head. ``kernels.backend.last_backend("gla")`` says which ran.
+imports and works on this GPU, else the recurrence; see ``zoo.kernels.backend.FLA_CHUNK_MODULES_BROKEN_ON_HOPPER``). Used
+by ``gla`` and ``hgrn2`` (keys tied to the forget gate); ``zoo.kernels.retention`` is the same recurrence with
+a fixed decay per head. ``zoo.kernels.backend.last_backend("gla")`` says which ran.
 """
 from __future__ import annotations
 
 import torch
 
-from kernels.backend import NAIVE, check_backend, fast_path, record
-from kernels.gla.naive import gla_recurrent
+from zoo.kernels.backend import NAIVE, check_backend, fast_path, record
+from zoo.kernels.gla.naive import gla_recurrent
 
 BACKENDS = ("auto", "fla", NAIVE)
 

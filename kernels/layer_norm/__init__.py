@@ -9,15 +9,15 @@ plain column sums, which PyTorch's reduction kernels do at memory speed. Values 
 
 ``layer_norm(x, weight, bias, eps, backend="auto")``: ``"split"`` uses the split backward (``split.py``),
 ``"naive"`` ``F.layer_norm`` (``naive.py``), ``"auto"`` the split backward on CUDA tensors.
-``kernels.backend.last_backend("layer_norm")`` says which ran.
+``zoo.kernels.backend.last_backend("layer_norm")`` says which ran.
 """
 from __future__ import annotations
 
 import torch
 
-from kernels.backend import NAIVE, check_backend, record
-from kernels.layer_norm.naive import layer_norm_naive
-from kernels.layer_norm.split import SplitBackwardLayerNorm
+from zoo.kernels.backend import NAIVE, check_backend, record
+from zoo.kernels.layer_norm.naive import layer_norm_naive
+from zoo.kernels.layer_norm.split import SplitBackwardLayerNorm
 
 BACKENDS = ("auto", "split", NAIVE)
 

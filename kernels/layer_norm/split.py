@@ -1,5 +1,5 @@
 """LayerNorm with PyTorch's forward and input gradient, and the weight and bias gradients as plain column sums
-(the fast path of ``kernels.layer_norm`` for tall, narrow inputs; see its docstring for why)."""
+(the fast path of ``zoo.kernels.layer_norm`` for tall, narrow inputs; see its docstring for why)."""
 from __future__ import annotations
 
 import torch

@@ -2,16 +2,16 @@
 
 ``long_conv(u, h, bias, backend="auto")``: ``"fft"`` (``fft.py``, FFT with 2L zero padding),
 ``"naive"`` (``naive.py``, the direct causal sum) or ``"auto"``, which is the FFT on every device (as
-Zoology computes it, so CPU and GPU runs take the same path). ``kernels.backend.last_backend("long_conv")``
+Zoology computes it, so CPU and GPU runs take the same path). ``zoo.kernels.backend.last_backend("long_conv")``
 says which ran.
 """
 from __future__ import annotations
 
 import torch
 
-from kernels.backend import NAIVE, check_backend, record
-from kernels.long_conv.fft import fft_causal_conv
-from kernels.long_conv.naive import long_conv_naive
+from zoo.kernels.backend import NAIVE, check_backend, record
+from zoo.kernels.long_conv.fft import fft_causal_conv
+from zoo.kernels.long_conv.naive import long_conv_naive
 
 BACKENDS = ("auto", "fft", NAIVE)
 

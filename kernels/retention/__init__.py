@@ -3,14 +3,14 @@
 ``retention(q, k, v, scale=None, backend="auto")``: ``"fla"`` (flash-linear-attention's
 ``chunk_retention``), ``"naive"`` (``naive.retention_naive``, the PyTorch recurrence) or ``"auto"`` (fla
 for CUDA tensors where it imports and works on this GPU, else the recurrence; see
-``kernels.backend.FLA_CHUNK_MODULES_BROKEN_ON_HOPPER``). ``kernels.backend.last_backend("retention")`` says which ran.
+``zoo.kernels.backend.FLA_CHUNK_MODULES_BROKEN_ON_HOPPER``). ``zoo.kernels.backend.last_backend("retention")`` says which ran.
 """
 from __future__ import annotations
 
 import torch
 
-from kernels.backend import NAIVE, check_backend, fast_path, record
-from kernels.retention.naive import retention_naive
+from zoo.kernels.backend import NAIVE, check_backend, fast_path, record
+from zoo.kernels.retention.naive import retention_naive
 
 BACKENDS = ("auto", "fla", NAIVE)
 

@@ -1,11 +1,11 @@
 """Plain PyTorch multi-scale retention (RetNet, Sun et al. 2023): gated linear attention with a fixed decay
-gamma_h = 1 - 2^(-5-h) per head, run through ``kernels.gla.naive.gla_recurrent``.
+gamma_h = 1 - 2^(-5-h) per head, run through ``zoo.kernels.gla.naive.gla_recurrent``.
 """
 from __future__ import annotations
 
 import torch
 
-from kernels.gla.naive import gla_recurrent
+from zoo.kernels.gla.naive import gla_recurrent
 
 
 def retention_log_decay(num_heads: int) -> torch.Tensor:

@@ -2,14 +2,14 @@
 
 ``rwkv7(r, w, k, v, a, b, w_min=None, backend="auto")``: ``"fla"`` (flash-linear-attention's
 ``chunk_rwkv7``), ``"naive"`` (``naive.py``, the PyTorch recurrence) or ``"auto"`` (fla for CUDA tensors
-where it imports, else the recurrence). ``kernels.backend.last_backend("rwkv7")`` says which ran.
+where it imports, else the recurrence). ``zoo.kernels.backend.last_backend("rwkv7")`` says which ran.
 """
 from __future__ import annotations
 
 import torch
 
-from kernels.backend import NAIVE, check_backend, fast_path, record
-from kernels.rwkv7.naive import rwkv7_naive
+from zoo.kernels.backend import NAIVE, check_backend, fast_path, record
+from zoo.kernels.rwkv7.naive import rwkv7_naive
 
 BACKENDS = ("auto", "fla", NAIVE)
 

@@ -2,15 +2,15 @@
 
 ``ssd(x, dt, A, B, C, backend="auto")``: ``"chunked"`` (``chunked.py``, the chunked algorithm in
 batched matmuls), ``"naive"`` (``naive.py``, the exact quadratic form) or ``"auto"`` (chunked for CUDA
-tensors, the quadratic form elsewhere). ``kernels.backend.last_backend("ssd")`` says which ran.
+tensors, the quadratic form elsewhere). ``zoo.kernels.backend.last_backend("ssd")`` says which ran.
 """
 from __future__ import annotations
 
 import torch
 
-from kernels.backend import NAIVE, check_backend, record
-from kernels.ssd.chunked import ssd_chunked
-from kernels.ssd.naive import ssd_naive
+from zoo.kernels.backend import NAIVE, check_backend, record
+from zoo.kernels.ssd.chunked import ssd_chunked
+from zoo.kernels.ssd.naive import ssd_naive
 
 BACKENDS = ("auto", "chunked", NAIVE)
 

@@ -1,4 +1,4 @@
-"""SSD by chunks in batched PyTorch matmuls (Dao and Gu 2024, section 6): the GPU path of ``kernels.ssd``.
+"""SSD by chunks in batched PyTorch matmuls (Dao and Gu 2024, section 6): the GPU path of ``zoo.kernels.ssd``.
 
 fla's ``chunk_simple_gla`` computes the same but refuses Hopper GPUs with Triton < 3.7.1, so zoo keeps
 this form, which needs no loop over time and no custom kernel.

@@ -2,14 +2,14 @@
 
 ``wkv4(w, u, k, v, backend="auto")``: ``"triton"`` (``fused_recurrent.py``, forward and backward
 kernels), ``"naive"`` (``naive.py``, the PyTorch recurrence) or ``"auto"`` (Triton for CUDA tensors where
-it imports, else the recurrence). ``kernels.backend.last_backend("wkv4")`` says which ran.
+it imports, else the recurrence). ``zoo.kernels.backend.last_backend("wkv4")`` says which ran.
 """
 from __future__ import annotations
 
 import torch
 
-from kernels.backend import NAIVE, check_backend, fast_path, record
-from kernels.wkv4.naive import wkv4_naive
+from zoo.kernels.backend import NAIVE, check_backend, fast_path, record
+from zoo.kernels.wkv4.naive import wkv4_naive
 
 BACKENDS = ("auto", "triton", NAIVE)
 
@@ -17,7 +17,7 @@ BACKENDS = ("auto", "triton", NAIVE)
 def wkv4(w: torch.Tensor, u: torch.Tensor, k: torch.Tensor, v: torch.Tensor, backend: str = "auto") -> torch.Tensor:
     """w, u: (C,) decay rates and bonus; k, v: (B, L, C) -> y: (B, L, C) float32 (float64 stays on naive)."""
     check_backend(backend, BACKENDS)
-    fused = fast_path(backend, "triton", "kernels.wkv4.fused_recurrent", k,
+    fused = fast_path(backend, "triton", "zoo.kernels.wkv4.fused_recurrent", k,
                       "wkv4 on GPU (falls back to the PyTorch recurrence)")
     record("wkv4", NAIVE if fused is None else "triton")
     return wkv4_naive(w, u, k, v) if fused is None else fused.wkv4(w, u, k, v)

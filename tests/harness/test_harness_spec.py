@@ -1,7 +1,7 @@
 """zoo.spec.RunSpec: what a run needs from its task, worked out once, agrees with the data it describes."""
 import pytest
 
-from tasks.split import segment_chances
+from zoo.tasks.split import segment_chances
 from zoo.config import make_run_config, plain, validate
 from zoo.data import DeviceBatches, TaskDataModule
 from zoo.errors import ConfigError

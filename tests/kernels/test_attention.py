@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from kernels.gatedfwa import gate_cumsum, gated_window_attention
+from zoo.kernels.gatedfwa import gate_cumsum, gated_window_attention
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 

@@ -4,18 +4,18 @@ the interpreter, the chunked SSD, the FFT) agree with the reference through the 
 import pytest
 import torch
 
-from kernels import backend
-from kernels.based import based_attention
-from kernels.delta_rule import delta_rule
-from kernels.gatedfwa import gate_cumsum, gated_window_attention
-from kernels.gla import gla
-from kernels.layer_norm import layer_norm
-from kernels.long_conv import long_conv
-from kernels.retention import retention
-from kernels.rwkv7 import rwkv7
-from kernels.selective_scan import selective_scan
-from kernels.ssd import ssd
-from kernels.wkv4 import wkv4
+from zoo.kernels import backend
+from zoo.kernels.based import based_attention
+from zoo.kernels.delta_rule import delta_rule
+from zoo.kernels.gatedfwa import gate_cumsum, gated_window_attention
+from zoo.kernels.gla import gla
+from zoo.kernels.layer_norm import layer_norm
+from zoo.kernels.long_conv import long_conv
+from zoo.kernels.retention import retention
+from zoo.kernels.rwkv7 import rwkv7
+from zoo.kernels.selective_scan import selective_scan
+from zoo.kernels.ssd import ssd
+from zoo.kernels.wkv4 import wkv4
 
 B, T, H, K = 2, 8, 2, 4
 

@@ -1,7 +1,7 @@
 """BASED's quadratic Taylor attention against running sums over the explicit feature map."""
 import torch
 
-from kernels.based.naive import EPS, based_naive
+from zoo.kernels.based.naive import EPS, based_naive
 
 
 def taylor_features(x):

@@ -4,9 +4,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from kernels.backend import fla_chunks_unreliable
-from kernels.delta_rule import delta_rule
-from kernels.delta_rule.naive import delta_rule_recurrent
+from zoo.kernels.backend import fla_chunks_unreliable
+from zoo.kernels.delta_rule import delta_rule
+from zoo.kernels.delta_rule.naive import delta_rule_recurrent
 
 
 def inputs(B, T, H, K, V, beta_max=1.0, dtype=torch.float64, device="cpu"):
@@ -91,7 +91,7 @@ def relative_error(a, b):
 @pytest.mark.parametrize("beta_max", [1.0, 2.0])
 def test_fla_chunk_ops_match_recurrence_on_gpu(T, beta_max):
     if fla_chunks_unreliable(0):
-        pytest.skip(fla_chunks_unreliable(0))  # "auto" uses the recurrence here (see kernels.backend)
+        pytest.skip(fla_chunks_unreliable(0))  # "auto" uses the recurrence here (see zoo.kernels.backend)
     torch.manual_seed(0)
     # fla's chunk delta rule takes 16-bit inputs only; the recurrence sees the same rounded values in float32
     low = [t.bfloat16() for t in inputs(2, T, 4, 32, 64, beta_max, device="cuda")]

@@ -3,7 +3,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from kernels.gatedfwa import gate_cumsum
+from zoo.kernels.gatedfwa import gate_cumsum
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 

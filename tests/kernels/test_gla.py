@@ -3,11 +3,11 @@ retention) against it on GPU."""
 import pytest
 import torch
 
-from kernels.backend import fla_chunks_unreliable
-from kernels.gla import gla
-from kernels.gla.naive import gla_recurrent
-from kernels.retention import retention
-from kernels.retention.naive import retention_log_decay
+from zoo.kernels.backend import fla_chunks_unreliable
+from zoo.kernels.gla import gla
+from zoo.kernels.gla.naive import gla_recurrent
+from zoo.kernels.retention import retention
+from zoo.kernels.retention.naive import retention_log_decay
 
 
 def closed_form(q, k, v, g, scale):
@@ -49,7 +49,7 @@ def relative_error(a, b):
 @pytest.mark.parametrize("T", [64, 100])
 def test_fla_chunk_ops_match_recurrence_on_gpu(T):
     if fla_chunks_unreliable(0):
-        pytest.skip(fla_chunks_unreliable(0))  # "auto" uses the recurrence here (see kernels.backend)
+        pytest.skip(fla_chunks_unreliable(0))  # "auto" uses the recurrence here (see zoo.kernels.backend)
     torch.manual_seed(0)
     q, k, v, g = (t.float().requires_grad_() for t in inputs(2, T, 4, 32, 64, device="cuda"))
     gy = torch.randn_like(v)

@@ -3,7 +3,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from kernels.layer_norm import LayerNorm, layer_norm
+from zoo.kernels.layer_norm import LayerNorm, layer_norm
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 

@@ -2,8 +2,8 @@
 import pytest
 import torch
 
-from kernels.long_conv.fft import fft_causal_conv
-from kernels.long_conv.naive import long_conv_naive
+from zoo.kernels.long_conv.fft import fft_causal_conv
+from zoo.kernels.long_conv.naive import long_conv_naive
 
 
 @pytest.mark.parametrize("conv", [fft_causal_conv, long_conv_naive])

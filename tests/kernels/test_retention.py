@@ -1,7 +1,7 @@
 """RetNet's retention reference against its definition: a fixed decay gamma_h = 1 - 2^(-5-h) per head."""
 import torch
 
-from kernels.retention.naive import retention_log_decay, retention_naive
+from zoo.kernels.retention.naive import retention_log_decay, retention_naive
 
 
 def test_decays_are_one_minus_powers_of_two():

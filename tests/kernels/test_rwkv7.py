@@ -1,7 +1,7 @@
 """RWKV-7's state recurrence against explicit transition matrices."""
 import torch
 
-from kernels.rwkv7.naive import rwkv7_naive
+from zoo.kernels.rwkv7.naive import rwkv7_naive
 
 
 def test_recurrence_matches_transition_matrices():

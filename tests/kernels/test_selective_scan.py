@@ -2,8 +2,8 @@
 import pytest
 import torch
 
-from kernels.selective_scan.fused_recurrent import selective_scan
-from kernels.selective_scan.naive import selective_scan_naive
+from zoo.kernels.selective_scan.fused_recurrent import selective_scan
+from zoo.kernels.selective_scan.naive import selective_scan_naive
 
 
 def scan_explicit(u, dt, A, B, C):

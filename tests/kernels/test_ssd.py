@@ -1,8 +1,8 @@
 """Mamba-2's SSD: the quadratic reference against the state recurrence, the chunked form against the reference."""
 import torch
 
-from kernels.ssd.chunked import ssd_chunked
-from kernels.ssd.naive import ssd_naive
+from zoo.kernels.ssd.chunked import ssd_chunked
+from zoo.kernels.ssd.naive import ssd_naive
 
 
 def test_ssd_matches_recurrence():

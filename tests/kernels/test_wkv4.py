@@ -2,8 +2,8 @@
 import pytest
 import torch
 
-from kernels.wkv4.fused_recurrent import wkv4
-from kernels.wkv4.naive import wkv4_naive
+from zoo.kernels.wkv4.fused_recurrent import wkv4
+from zoo.kernels.wkv4.naive import wkv4_naive
 
 
 def wkv4_explicit(w, u, k, v):

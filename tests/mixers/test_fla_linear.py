@@ -6,8 +6,8 @@ import importlib
 import pytest
 import torch
 
-from kernels import backend
-from kernels.backend import FLA_CHUNK_MODULES_BROKEN_ON_HOPPER, fast_module, fla_chunks_unreliable
+from zoo.kernels import backend
+from zoo.kernels.backend import FLA_CHUNK_MODULES_BROKEN_ON_HOPPER, fast_module, fla_chunks_unreliable
 from zoo.errors import ConfigError
 from zoo.model import LanguageModel
 from zoo.mixers.registry import check_mixer_kwargs, get_mixer

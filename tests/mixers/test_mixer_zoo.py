@@ -4,7 +4,7 @@ import copy
 import pytest
 import torch
 
-from kernels import backend
+from zoo.kernels import backend
 from zoo.errors import ConfigError
 from zoo.model import LanguageModel
 from zoo.mixers.registry import check_mixer_kwargs, get_mixer

@@ -4,9 +4,9 @@ import pytest
 import torch
 
 from fixtures import load_fixture, max_abs_error
-from kernels.delta_rule.naive import delta_rule_recurrent
-from kernels.gla.naive import gla_recurrent
-from kernels.retention.naive import retention_naive
+from zoo.kernels.delta_rule.naive import delta_rule_recurrent
+from zoo.kernels.gla.naive import gla_recurrent
+from zoo.kernels.retention.naive import retention_naive
 from zoo.mixers.deltanet import GatedDeltaNet
 
 TOL = 1e-5

@@ -4,7 +4,7 @@ import torch
 
 from capture import assert_small, compare
 from fixtures import load_fixture, max_abs_error
-from kernels.selective_scan.naive import selective_scan_naive
+from zoo.kernels.selective_scan.naive import selective_scan_naive
 from zoo.mixers.mamba import Mamba
 
 # mamba-ssm's parameter names -> zoo's (dt_proj's bias is a separate parameter in zoo)

@@ -1,11 +1,11 @@
-"""python -m tasks <name> key=value --show K [--format json]."""
+"""python -m zoo.tasks <name> key=value --show K [--format json]."""
 import json
 import re
 import subprocess
 import sys
 
-from tasks import get_task
-from tasks.__main__ import main, parse_value
+from zoo.tasks import get_task
+from zoo.tasks.__main__ import main, parse_value
 
 MQAR_ARGS = ["mqar", "input_seq_len=16", "num_kv_pairs=2", "vocab_size=32", "random_non_queries=false"]
 
@@ -52,7 +52,7 @@ def test_bad_parameter_exits_with_message(capsys):
 
 
 def test_module_entry_point():
-    result = subprocess.run([sys.executable, "-m", "tasks", "s5", "input_seq_len=4", "--show", "1"],
+    result = subprocess.run([sys.executable, "-m", "zoo.tasks", "s5", "input_seq_len=4", "--show", "1"],
                             capture_output=True, text=True, check=True)
     lines = result.stdout.splitlines()
     assert "example 0" in result.stdout and sum(line.startswith("label") for line in lines) == 1

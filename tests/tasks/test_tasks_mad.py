@@ -3,7 +3,7 @@ docstrings (not against the vectorised code), plus laws, determinism and paramet
 import pytest
 import torch
 
-from tasks import get_task
+from zoo.tasks import get_task
 
 ICR, NOISY, FUZZY, COPY, MEMO, COMPRESS = (get_task(n) for n in (
     "in_context_recall", "noisy_in_context_recall", "fuzzy_in_context_recall", "selective_copying",

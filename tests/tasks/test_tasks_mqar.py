@@ -2,9 +2,9 @@
 import pytest
 import torch
 
-from tasks import get_task
-from tasks.base import make_generator
-from tasks.mqar import sample_distinct
+from zoo.tasks import get_task
+from zoo.tasks.base import make_generator
+from zoo.tasks.mqar import sample_distinct
 
 MQAR = get_task("mqar")
 

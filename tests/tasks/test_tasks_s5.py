@@ -4,8 +4,8 @@ import itertools
 import pytest
 import torch
 
-from tasks import get_task
-from tasks.s5 import GROUPS, group_tables, prefix_compose
+from zoo.tasks import get_task
+from zoo.tasks.s5 import GROUPS, group_tables, prefix_compose
 
 S5 = get_task("s5")
 

@@ -2,8 +2,8 @@
 import pytest
 import torch
 
-from tasks import build_split, get_task
-from tasks.split import SPLITS, segment_chances, segment_seed
+from zoo.tasks import build_split, get_task
+from zoo.tasks.split import SPLITS, segment_chances, segment_seed
 from zoo.errors import ConfigError
 
 SEGMENTS = [

@@ -6,8 +6,8 @@ import math
 import pytest
 import torch
 
-from tasks import get_task
-from tasks.groups import build_group, label_chance
+from zoo.tasks import get_task
+from zoo.tasks.groups import build_group, label_chance
 
 WordProblem, Parity, ModularAddition, S5 = (get_task(n) for n in ("word_problem", "parity", "modular_addition", "s5"))
 

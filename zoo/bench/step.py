@@ -24,7 +24,7 @@ def make_step(mixer: str, batch: int, seq_len: int, d_model: int, device: torch.
               group: int = 1, n_layers: int = 2, compile: bool = False):
     """A ready ``step()`` closure over one MQAR batch, for a group of ``group`` models of ``mixer``
     (each model's forward ``torch.compile``d when ``compile``)."""
-    from tasks import get_task
+    from zoo.tasks import get_task
     from zoo.config import make_run_config
 
     task = get_task("mqar")(vocab_size=VOCAB, input_seq_len=seq_len, num_kv_pairs=max(1, seq_len // 16))

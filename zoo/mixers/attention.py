@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from kernels.gatedfwa import gated_window_attention
+from zoo.kernels.gatedfwa import gated_window_attention
 from zoo.errors import ConfigError
 from zoo.mixers.registry import POSITIONS, register_mixer
 from zoo.rope import apply_rope

@@ -4,7 +4,7 @@
   ``conv_kernel`` (Zoology's ``base_conv.BaseConv``: no output projection, its own residual);
 * odd ``layer_idx``: causal linear attention with the 2nd-order Taylor feature map
   ``phi(q).phi(k) = 1 + s + s^2/2``, ``s = q.k / sqrt(feature_dim)``, normalized by the running sum
-  of those weights (Zoology's ``based.Based``, ``train_view="quadratic"``), ``kernels.based``: fla's
+  of those weights (Zoology's ``based.Based``, ``train_view="quadratic"``), ``zoo.kernels.based``: fla's
   ``parallel_based`` on GPU, the exact quadratic form on CPU.
 """
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from kernels.based import based_attention
+from zoo.kernels.based import based_attention
 from zoo.errors import ConfigError
 from zoo.mixers.short_conv import ShortConv
 from zoo.mixers.registry import register_mixer

@@ -9,7 +9,7 @@ Both layers, per head::
 
 with a_t = 1 (DeltaNet) or a_t = exp(-exp(A_log) softplus(x W_a + dt_bias)) (Gated DeltaNet), and
 ``conv`` a causal depthwise convolution of length 4. Outputs: DeltaNet ``W_o RMSNorm_head(o)``; Gated
-DeltaNet ``W_o (RMSNorm_head(o) * swish(x W_g))``. The recurrence is ``kernels.delta_rule``: fla's
+DeltaNet ``W_o (RMSNorm_head(o) * swish(x W_g))``. The recurrence is ``zoo.kernels.delta_rule``: fla's
 ``chunk_delta_rule`` / ``chunk_gated_delta_rule`` on GPU, the PyTorch recurrence on CPU.
 
 ``negative_eigenvalues=True`` doubles beta to (0, 2), so the transition along k_t, 1 - beta_t, reaches
@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from kernels.delta_rule import delta_rule
+from zoo.kernels.delta_rule import delta_rule
 from zoo.errors import ConfigError
 from zoo.mixers.linear_blocks import HeadRMSNorm, check_num_heads, expanded_dim
 from zoo.mixers.registry import register_mixer

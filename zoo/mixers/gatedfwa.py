@@ -36,7 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from kernels.gatedfwa import gate_cumsum, gated_window_attention
+from zoo.kernels.gatedfwa import gate_cumsum, gated_window_attention
 from zoo.errors import ConfigError
 from zoo.mixers.attention import SlidingWindowAttention
 from zoo.mixers.registry import register_mixer

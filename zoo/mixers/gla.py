@@ -7,7 +7,7 @@ Per head, with a data-dependent forget gate per key channel::
     S_t = diag(exp(g_t)) S_{t-1} + k_t v_t^T,  o_t = K^-1/2 S_t^T q_t
     y = W_o (RMSNorm_head(o) * swish(x W_r))
 
-``kernels.gla``: fla's ``chunk_gla`` on GPU, the PyTorch recurrence on CPU. fla's defaults throughout (no
+``zoo.kernels.gla``: fla's ``chunk_gla`` on GPU, the PyTorch recurrence on CPU. fla's defaults throughout (no
 feature map, no short convolution, fused norm and swish output gate).
 """
 from __future__ import annotations
@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from kernels.gla import gla
+from zoo.kernels.gla import gla
 from zoo.errors import ConfigError
 from zoo.mixers.linear_blocks import HeadRMSNorm, check_num_heads, expanded_dim
 from zoo.mixers.registry import register_mixer

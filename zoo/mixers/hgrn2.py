@@ -7,7 +7,7 @@ gate (k = 1 - f). Per head, with F = expand_ratio forget channels and I = D / H 
     S_t = diag(exp(g_t)) S_{t-1} + (1 - exp(g_t)) i_t^T,  o_t = F^-1/2 S_t^T q_t
     y = W_o RMSNorm(o)   (one RMSNorm over all D channels)
 
-``kernels.gla``: fla's ``chunk_gla`` on GPU, the PyTorch recurrence on CPU.
+``zoo.kernels.gla``: fla's ``chunk_gla`` on GPU, the PyTorch recurrence on CPU.
 
 Deviations from fla, on purpose:
 
@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from kernels.gla import gla
+from zoo.kernels.gla import gla
 from zoo.errors import ConfigError
 from zoo.mixers.linear_blocks import HeadRMSNorm
 from zoo.mixers.registry import register_mixer

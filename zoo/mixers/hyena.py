@@ -4,7 +4,7 @@ Per layer: ``in_proj`` D -> 3D, a depthwise causal conv of length ``short_filter
 streams ``(x1, x2, v)``, then ``y = x2 * (h * (x1 * v))`` where ``h`` is a length-L filter per channel
 produced by a small MLP (shared-frequency ``sin`` activations) from positional features and modulated
 by an exponential decay; ``*`` with ``h`` is a causal convolution done by FFT with 2L zero padding,
-plus a per-channel skip ``bias`` (``kernels.long_conv``). Finally ``out_proj``. The same FFT path runs
+plus a per-channel skip ``bias`` (``zoo.kernels.long_conv``). Finally ``out_proj``. The same FFT path runs
 on CPU and GPU.
 """
 from __future__ import annotations
@@ -14,7 +14,7 @@ import math
 import torch
 from torch import nn
 
-from kernels.long_conv import long_conv
+from zoo.kernels.long_conv import long_conv
 from zoo.errors import ConfigError
 from zoo.mixers.short_conv import ShortConv
 from zoo.mixers.registry import register_mixer

@@ -3,7 +3,7 @@
     x, z = in_proj(u);  x = silu(conv(x));  dt, B, C = x_proj(x);  dt = softplus(dt_proj(dt) + dt_bias)
     y = selective_scan(x, dt, A, B, C) + D * x;  out = out_proj(y * silu(z))
 
-The scan is ``kernels.selective_scan``: on GPU mamba-ssm's fused ``selective_scan_fn`` where its extension
+The scan is ``zoo.kernels.selective_scan``: on GPU mamba-ssm's fused ``selective_scan_fn`` where its extension
 imports, else our Triton scan; on CPU the PyTorch recurrence.
 """
 from __future__ import annotations
@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from kernels.selective_scan import selective_scan
+from zoo.kernels.selective_scan import selective_scan
 from zoo.errors import ConfigError
 from zoo.mixers.short_conv import ShortConv
 from zoo.mixers.registry import register_mixer

@@ -5,7 +5,7 @@ Per head ``h`` (head dim P) and state size N::
     S_t = exp(dt_t A_h) S_{t-1} + dt_t B_t x_t^T      S: (N, P)
     y_t = S_t^T C_t + D_h x_t
 
-The scan is ``kernels.ssd.ssd``: on GPU the chunked SSD algorithm in batched matmuls, on CPU the exact
+The scan is ``zoo.kernels.ssd.ssd``: on GPU the chunked SSD algorithm in batched matmuls, on CPU the exact
 quadratic form.
 """
 from __future__ import annotations
@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from kernels.ssd import ssd
+from zoo.kernels.ssd import ssd
 from zoo.errors import ConfigError
 from zoo.mixers.short_conv import ShortConv
 from zoo.mixers.registry import register_mixer

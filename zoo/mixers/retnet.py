@@ -6,7 +6,7 @@ Per head h, a fixed decay gamma_h = 1 - 2^(-5-h) and rotary positions on q and k
     S_t = gamma_h S_{t-1} + k_t v_t^T,  o_t = K^-1/2 S_t^T q_t
     y = W_o (RMSNorm_head(o) * swish(x W_g))
 
-i.e. gated linear attention with a constant gate, ``kernels.retention``: fla's ``chunk_retention`` on GPU,
+i.e. gated linear attention with a constant gate, ``zoo.kernels.retention``: fla's ``chunk_retention`` on GPU,
 the PyTorch recurrence on CPU. fla's defaults throughout (8 heads, expand_k 1, expand_v 2, no
 feature map, no short convolution, fused norm and swish output gate, rotary base 10000, not interleaved).
 """
@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from kernels.retention import retention
+from zoo.kernels.retention import retention
 from zoo.errors import ConfigError
 from zoo.mixers.linear_blocks import HeadRMSNorm, check_num_heads, expanded_dim
 from zoo.mixers.registry import register_mixer

@@ -2,7 +2,7 @@
 
 Token shift mixes each token with the previous one, then ``k, v, r`` projections, the WKV operator
 (``kernels/wkv4``: a per-channel decayed, normalized average of past values with a bonus ``u`` for
-the current token), the receptance gate ``sigmoid(r)`` and the ``output`` projection. ``kernels.wkv4``:
+the current token), the receptance gate ``sigmoid(r)`` and the ``output`` projection. ``zoo.kernels.wkv4``:
 our Triton WKV on GPU, the PyTorch recurrence on CPU. Definition and initialisation follow Zoology's ``RWKVTimeMixer``
 (RWKV-LM's v4 time mixing).
 """
@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from kernels.wkv4 import wkv4
+from zoo.kernels.wkv4 import wkv4
 from zoo.mixers.registry import register_mixer
 
 
