@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 
 
+@torch.compiler.disable  # a loop over time: torch.compile would unroll it, once per length
 def rwkv7_naive(r, w, k, v, a, b) -> torch.Tensor:
     """The state recurrence above, step by step in float32.
 
