@@ -5,13 +5,19 @@ from zoo.kernels.ssd.chunked import ssd_chunked
 from zoo.kernels.ssd.naive import ssd_naive
 
 
-def test_ssd_matches_recurrence():
+def ssd_inputs(Bt: int, L: int, H: int = 3, P: int = 4, N: int = 5):
+    """x [B, L, H, P], dt [B, L, H] > 0, A [H] < 0, B and C [B, L, N], float64."""
     torch.manual_seed(0)
-    Bt, L, H, P, N = 2, 10, 3, 4, 5
     x = torch.randn(Bt, L, H, P, dtype=torch.float64)
     dt = torch.rand(Bt, L, H, dtype=torch.float64) + 0.05
     A = -torch.rand(H, dtype=torch.float64) * 2
     B, C = torch.randn(Bt, L, N, dtype=torch.float64), torch.randn(Bt, L, N, dtype=torch.float64)
+    return x, dt, A, B, C
+
+
+def test_ssd_matches_recurrence():
+    Bt, L, H, P, N = 2, 10, 3, 4, 5
+    x, dt, A, B, C = ssd_inputs(Bt, L, H, P, N)
     S = torch.zeros(Bt, H, N, P, dtype=torch.float64)
     want = []
     for t in range(L):
@@ -21,10 +27,5 @@ def test_ssd_matches_recurrence():
 
 
 def test_chunked_matches_quadratic():
-    torch.manual_seed(0)
-    Bt, L, H, P, N = 2, 21, 3, 4, 5
-    x = torch.randn(Bt, L, H, P, dtype=torch.float64)
-    dt = torch.rand(Bt, L, H, dtype=torch.float64) + 0.05
-    A = -torch.rand(H, dtype=torch.float64) * 2
-    B, C = torch.randn(Bt, L, N, dtype=torch.float64), torch.randn(Bt, L, N, dtype=torch.float64)
+    x, dt, A, B, C = ssd_inputs(2, 21)
     torch.testing.assert_close(ssd_chunked(x, dt, A, B, C, chunk=8), ssd_naive(x, dt, A, B, C), rtol=1e-5, atol=1e-5)
