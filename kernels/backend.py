@@ -48,8 +48,8 @@ def clear() -> None:
 # refuses chunk_gated_delta_rule's backward there). Measured on an H100 with Triton 3.6 and fla 0.6.0:
 # chunk_retention's backward hit an illegal memory access, chunk_gla did not finish a test in 200 s, and
 # chunk_delta_rule was off by 35% (relative, beta up to 2) or hit an illegal memory access. chunk_rwkv7
-# (the same chunked gated form) did not finish a step bench in minutes, and one GPU test of 46 did not finish
-# in two runs of the suite, most likely rwkv7's (not confirmed): it is left out too.
+# (the same chunked gated form) did not finish a step bench in minutes, and two GPU tests did not finish in
+# two runs of the suite, one of them most likely rwkv7's (not confirmed): it is left out too.
 FLA_CHUNK_MODULES_BROKEN_ON_HOPPER = ("fla.ops.gla", "fla.ops.retention", "fla.ops.gated_delta_rule",
                                       "fla.ops.delta_rule", "fla.ops.rwkv7")
 
