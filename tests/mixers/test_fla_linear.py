@@ -11,6 +11,7 @@ from zoo.kernels.backend import FLA_CHUNK_MODULES_BROKEN_ON_HOPPER, fast_module,
 from zoo.errors import ConfigError
 from zoo.model import LanguageModel
 from zoo.mixers.registry import check_mixer_kwargs, get_mixer
+from agreement import assert_gpu_matches_cpu
 from causality import assert_causal
 
 # mixer -> (fla module, fla op) that its GPU fast path calls, and the kernels entry that calls it
@@ -73,10 +74,6 @@ def test_unknown_kwarg_is_rejected():
         check_mixer_kwargs("deltanet", {"allow_neg_eigval": True})
 
 
-def relative_error(a, b):
-    return float((a.float() - b.float()).norm() / b.float().norm().clamp_min(1e-12))
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("mixer", MIXERS + ["deltanet-neg", "gated_deltanet-neg"])
 @pytest.mark.parametrize("autocast", [True])  # training's precision; fla's kernels compute in tf32 / bf16 anyway
@@ -105,11 +102,4 @@ def test_gpu_fast_path_is_fla_and_matches_cpu_reference(mixer, autocast, monkeyp
         out_gpu = gpu(ids.cuda())
     assert len(calls) == 2  # one fla call per layer, none on CPU
     assert backend.last_backend(ENTRIES[name]) == "fla"
-    gy = torch.randn_like(out_cpu)
-    out_cpu.backward(gy)
-    out_gpu.float().backward(gy.cuda())
-    tol = 5e-2 if autocast else 5e-3
-    assert relative_error(out_gpu.cpu(), out_cpu) < tol
-    for (pname, p_cpu), p_gpu in zip(cpu.named_parameters(), gpu.parameters()):
-        if p_cpu.grad is not None:
-            assert relative_error(p_gpu.grad.cpu(), p_cpu.grad) < 2 * tol, pname
+    assert_gpu_matches_cpu(cpu, gpu, out_cpu, out_gpu, tol=5e-2 if autocast else 5e-3)

@@ -8,6 +8,7 @@ from zoo.kernels import backend
 from zoo.errors import ConfigError
 from zoo.model import LanguageModel
 from zoo.mixers.registry import check_mixer_kwargs, get_mixer
+from agreement import assert_gpu_matches_cpu
 from causality import assert_causal
 
 ZOO = ["hyena", "rwkv", "rwkv7", "mamba", "mamba2", "based"]
@@ -90,10 +91,6 @@ def test_cpu_runs_the_reference_path(mixer):
     assert backend.last_backend(op) == ("fft" if mixer == "hyena" else backend.NAIVE)  # Hyena: FFT on every device
 
 
-def relative_error(a, b):
-    return float((a.float() - b.float()).norm() / b.float().norm().clamp_min(1e-12))
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("mixer, autocast", [(m, True) for m in ZOO] + [("rwkv", False), ("mamba", False)])
 @pytest.mark.parametrize("batch, seq_len", [(3, 100)])
@@ -112,11 +109,4 @@ def test_gpu_fast_path_matches_cpu_reference(mixer, batch, seq_len, autocast):
     with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
         out_gpu = gpu(ids.cuda())
     assert backend.last_backend(op) in fast, f"{op} ran on {backend.last_backend(op)}, not {fast}"
-    gy = torch.randn_like(out_cpu)
-    out_cpu.backward(gy)
-    out_gpu.float().backward(gy.cuda())
-    tol = 5e-2 if autocast else 5e-3
-    assert relative_error(out_gpu.cpu(), out_cpu) < tol
-    for (name, p_cpu), p_gpu in zip(cpu.named_parameters(), gpu.parameters()):
-        if p_cpu.grad is not None:
-            assert relative_error(p_gpu.grad.cpu(), p_cpu.grad) < 2 * tol, name
+    assert_gpu_matches_cpu(cpu, gpu, out_cpu, out_gpu, tol=5e-2 if autocast else 5e-3)
