@@ -98,7 +98,7 @@ def test_gpu_fast_path_matches_cpu_reference(mixer, batch, seq_len, autocast):
     """Same weights on CPU (reference path, float32) and GPU (fast path): outputs and all gradients agree.
     bf16 autocast (training's path) for every mixer; float32 too where the fast path is our own Triton kernel."""
     if mixer == "rwkv7" and backend.fla_chunks_unreliable(0):
-        pytest.skip(backend.fla_chunks_unreliable(0))  # rwkv7 runs its recurrence here (see kernels.backend)
+        pytest.skip(backend.fla_chunks_unreliable(0))  # rwkv7 runs its recurrence here (see zoo.kernels.backend)
     torch.manual_seed(0)
     cpu = LanguageModel(256, 128, n_layers=2, mixer=mixer, max_seq_len=128)
     gpu = copy.deepcopy(cpu).cuda()

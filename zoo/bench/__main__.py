@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
         modes = {"zoo fp32": {"precision": "fp32", "cuda_graphs": False}, "zoo bf16 eager": {"cuda_graphs": False},
                  "zoo bf16 graphs": {"cuda_graphs": True}}
         if cuda:  # on a CPU, compiling would time the C++ compiler
-            modes["zoo bf16 compile"] = {"compile": True}
+            modes["zoo bf16 compile+graphs"] = {"compile": True}
         results = {name: time_run(config("softmax", ref_n, ref_d, **train)) for name, train in modes.items()}
         base = config("softmax", ref_n, ref_d)
         results["zoology fp32"] = zoology_attention_epoch(
