@@ -203,10 +203,13 @@ def draw_length(records: list[dict], stem: Path, sweep_dir: Path) -> list[Path]:
 
 def mad_scores(records: list[dict], sweep_dir: Path) -> pd.DataFrame:
     """Mixers x MAD tasks: mean over each task's settings of the best final accuracy over learning rates and
-    weight decays, plus ``MAD score`` (mean over tasks); best score first."""
+    weight decays, plus ``MAD score`` (mean over tasks); best score first.
+
+    The accuracy is MAD's: the final model's macro-averaged accuracy (``final_macro_accuracy``, see
+    ``zoo.lit.macro_accuracy``); records written before zoo measured it fall back to the per-token accuracy."""
     rows = []
     for r in records:
-        accuracy = r.get("final_accuracy", r.get("accuracy"))
+        accuracy = r.get("final_macro_accuracy", r.get("final_accuracy", r.get("accuracy")))
         if accuracy is None:
             continue
         segments = train_segments(sweep_dir, r)

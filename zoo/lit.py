@@ -3,8 +3,10 @@ of models trained side by side (the runs of one cell that differ only in learnin
 
 A batch is (inputs (B, N), positions (B, K), targets (B, K), segment index); see ``zoo.data``.
 Accuracy counts labelled positions only, argmax over the full vocabulary; sequence accuracy counts
-examples whose labelled positions are all right. Metrics accumulate on the device and are read once
-per validation epoch, so training steps never wait for the host.
+examples whose labelled positions are all right. ``test/macro_acc`` is MAD's accuracy (mad-lab's
+``metrics.Accuracy``: torchmetrics' ``MulticlassAccuracy``, macro-averaged over the vocabulary, computed
+per test batch and averaged over batches as Lightning logs it; see :func:`macro_accuracy`). Metrics
+accumulate on the device and are read once per validation epoch, so training steps never wait for the host.
 
 Lightning's validation loop runs over the run's *test* split (``task.test``; no separate validation split
 is generated), so its metrics are named for it: ``test/loss``, ``test/acc``, ``test/seq_acc`` and, with
@@ -27,6 +29,27 @@ from torch import nn
 
 from zoo.tasks.base import IGNORE_INDEX
 from zoo.step import Member, TrainStep, autocast_bf16, build_optimizer, lr_factor
+
+
+def macro_accuracy(predictions: torch.Tensor, targets: torch.Tensor, num_classes: int) -> torch.Tensor:
+    """Macro-averaged multiclass accuracy of one batch, as torchmetrics' ``MulticlassAccuracy(num_classes,
+    ignore_index=-100)`` (its default ``average="macro"``) computes it: per class, true positives over
+    targets of that class (recall); averaged over the classes that occur as a target or a prediction.
+
+    predictions, targets: (B, K) int64, targets -100 where no label. Returns a 0-d float tensor, without
+    a host sync (NaN if nothing is labelled).
+    """
+    labelled = targets != IGNORE_INDEX
+    trash = torch.full_like(targets, num_classes)  # ignored positions count in an extra, dropped class
+    def count(index, weights):
+        return torch.zeros(num_classes + 1, device=targets.device).scatter_add_(
+            0, index.flatten(), weights.flatten().float())[:num_classes]
+    ones = torch.ones_like(targets)
+    support = count(torch.where(labelled, targets, trash), ones)
+    predicted = count(torch.where(labelled, predictions, trash), ones)
+    hits = count(torch.where(labelled, targets, trash), (predictions == targets) & labelled)
+    present = (support + predicted) > 0
+    return (hits / support.clamp(min=1))[present].sum() / present.sum()
 
 
 class MixerLM(L.LightningModule):
@@ -100,8 +123,9 @@ class MixerLM(L.LightningModule):
         for i, loss in enumerate(self.train_loss):
             if self.outcomes[i] is None and not math.isfinite(loss):
                 self._stop(i, "diverged", f"non-finite training loss in epoch {self.epoch}")
-        # per member and segment: [loss sum, correct tokens, labelled tokens, correct sequences, sequences]
-        self.test_sums = torch.zeros(len(self.models), len(self.segment_names), 5, device=self.device,
+        # per member and segment: [loss sum, correct tokens, labelled tokens, correct sequences, sequences,
+        # sum of batch macro accuracies, batches]
+        self.test_sums = torch.zeros(len(self.models), len(self.segment_names), 7, device=self.device,
                                     dtype=torch.float64)
 
     def validation_step(self, batch, batch_idx):
@@ -112,11 +136,14 @@ class MixerLM(L.LightningModule):
                 continue
             with autocast_bf16(self.device, self.bf16):
                 logits = member.labelled_logits(inputs, positions)
-            right = (logits.argmax(-1) == targets) & labelled
+            predictions = logits.argmax(-1)
+            right = (predictions == targets) & labelled
             loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=IGNORE_INDEX, reduction="sum")
             row = torch.stack([loss.double(), right.sum().double(), labelled.sum().double(),
                                (right == labelled).all(1).sum().double(),
-                               torch.full((), len(targets), device=self.device, dtype=torch.float64)])
+                               torch.full((), len(targets), device=self.device, dtype=torch.float64),
+                               macro_accuracy(predictions, targets, logits.shape[-1]).double(),
+                               torch.ones((), device=self.device, dtype=torch.float64)])
             self.test_sums[i, segment] += row
 
     def on_validation_epoch_end(self) -> None:
@@ -129,7 +156,7 @@ class MixerLM(L.LightningModule):
                 continue
             total = sums.sum(0)
             metrics = {"test/loss": total[0] / total[2], "test/acc": total[1] / total[2],
-                       "test/seq_acc": total[3] / total[4]}
+                       "test/seq_acc": total[3] / total[4], "test/macro_acc": total[5] / total[6]}
             if len(self.segment_names) > 1:
                 for name, s in zip(self.segment_names, sums):
                     metrics[f"test/acc/{name}"] = s[1] / s[2]

@@ -154,6 +154,8 @@ def train_group(cfgs: list[DictConfig], run_dirs: list[Path], device: torch.devi
         record["epochs"] = len(history)
         if history:
             record["final_accuracy"] = history[-1]["test/acc"]
+            if "test/macro_acc" in history[-1]:  # MAD's metric (zoo.lit.macro_accuracy), of the final model as MAD reports
+                record["final_macro_accuracy"] = history[-1]["test/macro_acc"]
             best = max(history, key=lambda h: h["test/acc"])
             if "chance" in record and record["chance"] < 1:
                 record["chance_corrected_accuracy"] = (best["test/acc"] - record["chance"]) / (1 - record["chance"])

@@ -9,6 +9,7 @@ start once per worker, not per run.
 """
 from __future__ import annotations
 
+import faulthandler
 import json
 import os
 import sys
@@ -20,6 +21,8 @@ from omegaconf import OmegaConf
 def main(reply_fd: int) -> int:
     from zoo.config import make_run_config
     from zoo.run import train_group
+
+    faulthandler.enable()  # a crash in native code (SIGSEGV, SIGABRT) leaves every thread's Python stack in the log
 
     with os.fdopen(reply_fd, "w", buffering=1) as reply:
         for line in sys.stdin:

@@ -98,6 +98,14 @@ def test_mad_scores_best_per_setting_then_mean(tmp_path):
     assert table.loc["mamba", "MAD score"] == pytest.approx(0.9) and table.loc["mamba", "settings"] == 3
 
 
+def test_mad_scores_use_mads_macro_accuracy_when_recorded(tmp_path):
+    records = mad_records()
+    for r in records:
+        r["final_macro_accuracy"] = r["final_accuracy"] / 2
+    table = mad_scores(records, tmp_path)
+    assert table.loc["mamba", "MAD score"] == pytest.approx(0.45) and table.loc["softmax", "B"] == pytest.approx(0.2)
+
+
 def test_mad_figure(tmp_path):
     write_results(tmp_path, mad_records())
     assert leaderboard_main([str(tmp_path), "--figure", "mad"]) == 0

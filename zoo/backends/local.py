@@ -91,7 +91,7 @@ class Worker:
 
 
 def _died(worker: Worker, returncode: int) -> str:
-    tail = worker.log.read_text(errors="replace")[-2000:] if worker.log.exists() else ""
+    tail = worker.log.read_text(errors="replace")[-6000:] if worker.log.exists() else ""
     return f"worker exited with code {returncode}\n{tail}"
 
 
