@@ -101,6 +101,32 @@ class Opaque:
         return torch.compiler.disable(attr) if callable(attr) else attr
 
 
+FLA_RECURRENT = "fla_recurrent"
+
+
+def fla_path(backend: str, module: str, x: torch.Tensor, purpose: str) -> tuple[Opaque | None, str]:
+    """(module, backend name) for an fla op that has both chunk kernels (``"fla"``) and fused recurrent kernels
+    with a backward (``"fla_recurrent"``: one Triton program per batch and head steps through time; slower
+    than chunks on long sequences, and not the kernels fla #640 breaks), or ``(None, "naive")``.
+
+    ``backend`` ``"fla"`` or ``"fla_recurrent"`` imports ``module`` (raising if it cannot). ``"auto"`` on a GPU
+    where fla imports takes the chunk kernels, or the fused recurrent ones where the chunks are unreliable
+    (:func:`fla_chunks_unreliable`); elsewhere the reference.
+    """
+    if backend in ("fla", FLA_RECURRENT):
+        return Opaque(importlib.import_module(module)), backend
+    if backend != "auto" or not x.is_cuda:
+        return None, NAIVE
+    found = optional_import(module, purpose)
+    if found is None:
+        return None, NAIVE
+    reason = fla_chunks_unreliable(x.device.index or 0)
+    if reason:
+        _say_once(f"{module}'s chunk kernels", reason, "its fused recurrent kernels run instead")
+        return Opaque(found), FLA_RECURRENT
+    return Opaque(found), "fla"
+
+
 def fast_path(backend: str, fast: str, module: str, x: torch.Tensor, purpose: str):
     """The module of the fast path named ``fast`` for this call, or None for another backend.
 

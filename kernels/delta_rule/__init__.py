@@ -2,18 +2,20 @@
 
 ``delta_rule(q, k, v, beta, g=None, scale=None, l2norm_qk=False, backend="auto")``: ``"fla"``
 (flash-linear-attention's ``chunk_delta_rule``, or ``chunk_gated_delta_rule`` when a gate ``g`` is
-given), ``"naive"`` (``naive.delta_rule_recurrent``, the PyTorch recurrence) or ``"auto"`` (fla for CUDA
-tensors where it imports and, for the gated op, works on this GPU; else the recurrence). Used by
-``deltanet`` (no gate) and ``gated_deltanet``. ``zoo.kernels.backend.last_backend("delta_rule")`` says which ran.
+given), ``"fla_recurrent"`` (its ``fused_recurrent_delta_rule``; ungated only: fla's gated fused recurrence
+has no backward), ``"naive"`` (``naive.delta_rule_recurrent``, the PyTorch recurrence) or ``"auto"`` (for
+CUDA tensors where fla imports, its chunks, or where they are unreliable its fused recurrence, or for the
+gated op the PyTorch recurrence; see ``zoo.kernels.backend``). Used by ``deltanet`` (no gate) and
+``gated_deltanet``. ``zoo.kernels.backend.last_backend("delta_rule")`` says which ran.
 """
 from __future__ import annotations
 
 import torch
 
-from zoo.kernels.backend import NAIVE, check_backend, fast_path, record
+from zoo.kernels.backend import FLA_RECURRENT, NAIVE, check_backend, fast_path, fla_path, record
 from zoo.kernels.delta_rule.naive import delta_rule_recurrent
 
-BACKENDS = ("auto", "fla", NAIVE)
+BACKENDS = ("auto", "fla", FLA_RECURRENT, NAIVE)
 
 
 def delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta: torch.Tensor, g: torch.Tensor | None = None,
@@ -22,14 +24,20 @@ def delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta: torch.Te
     or None; scale: K ** -0.5 when None; l2norm_qk: unit-length q and k first -> o: [B, T, H, V]."""
     check_backend(backend, BACKENDS)
     if g is None:
-        fla = fast_path(backend, "fla", "fla.ops.delta_rule", q,
-                        "deltanet on GPU (falls back to the PyTorch recurrence)")
+        fla, used = fla_path(backend, "fla.ops.delta_rule", q, "deltanet on GPU (falls back to the PyTorch recurrence)")
     else:
+        if backend == FLA_RECURRENT:
+            raise ValueError("backend='fla_recurrent' is not valid with a gate g: fla's gated fused recurrence "
+                             "has no backward; expected one of auto, fla, naive")
         fla = fast_path(backend, "fla", "fla.ops.gated_delta_rule", q,
                         "gated_deltanet on GPU (falls back to the PyTorch recurrence)")
-    record("delta_rule", NAIVE if fla is None else "fla")
+        used = NAIVE if fla is None else "fla"
+    record("delta_rule", used)
     if fla is None:
         return delta_rule_recurrent(q, k, v, beta, g, scale, l2norm_qk)
+    if used == FLA_RECURRENT:
+        return fla.fused_recurrent_delta_rule(q=q, k=k, v=v, beta=beta.to(q.dtype), scale=scale,
+                                              use_qk_l2norm_in_kernel=l2norm_qk)[0]
     if g is None:
         o, _ = fla.chunk_delta_rule(q=q, k=k, v=v, beta=beta.to(q.dtype), scale=scale,
                                     use_qk_l2norm_in_kernel=l2norm_qk)

@@ -107,3 +107,25 @@ def test_fla_chunk_ops_match_recurrence_on_gpu(T, beta_max):
         assert relative_error(got.float(), want) < 3e-2  # bf16 inputs and outputs
         for a, b in zip(torch.autograd.grad(got, wrt, gy.bfloat16()), torch.autograd.grad(want, wrt32, gy)):
             assert relative_error(a.float(), b) < 5e-2
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("T", [64, 100])
+@pytest.mark.parametrize("beta_max", [1.0, 2.0])
+def test_fla_fused_recurrent_delta_rule_matches_recurrence_on_gpu(T, beta_max):
+    """fla's fused recurrence, which "auto" runs where fla's chunks are unreliable; beta up to 2 is DeltaNet
+    with negative eigenvalues."""
+    torch.manual_seed(0)
+    q, k, v, beta, _ = (t.float().requires_grad_() for t in inputs(2, T, 4, 32, 64, beta_max, device="cuda"))
+    gy = torch.randn_like(v)
+    got = delta_rule(q, k, v, beta, l2norm_qk=True, backend="fla_recurrent")
+    want = delta_rule_recurrent(q, k, v, beta, l2norm_qk=True)
+    assert relative_error(got, want) < 5e-3
+    for a, b in zip(torch.autograd.grad(got, (q, k, v, beta), gy), torch.autograd.grad(want, (q, k, v, beta), gy)):
+        assert relative_error(a, b) < 1e-2
+
+
+def test_gated_delta_rule_refuses_the_fused_recurrence():
+    q, k, v, beta, g = inputs(1, 4, 2, 4, 4, 1.0)
+    with pytest.raises(ValueError, match="fla_recurrent"):
+        delta_rule(q, k, v, beta, g, backend="fla_recurrent")

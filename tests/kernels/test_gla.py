@@ -60,3 +60,20 @@ def test_fla_chunk_ops_match_recurrence_on_gpu(T):
         assert relative_error(got, want) < 5e-3  # fla's chunks multiply in tf32
         for a, b in zip(grads_got, grads_want):
             assert relative_error(a, b) < 1e-2
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("T", [64, 100])
+def test_fla_fused_recurrent_ops_match_recurrence_on_gpu(T):
+    """fla's fused recurrences, which "auto" runs where fla's chunks are unreliable (Hopper, Triton < 3.7.1)."""
+    torch.manual_seed(0)
+    q, k, v, g = (t.float().requires_grad_() for t in inputs(2, T, 4, 32, 64, device="cuda"))
+    gy = torch.randn_like(v)
+    for op, args in ((gla, (q, k, v, g)), (retention, (q, k, v))):
+        got, want = op(*args, backend="fla_recurrent"), op(*args, backend="naive")
+        assert got.dtype == want.dtype and got.shape == want.shape
+        grads_got = torch.autograd.grad(got, args, gy)
+        grads_want = torch.autograd.grad(want, args, gy)
+        assert relative_error(got, want) < 5e-3
+        for a, b in zip(grads_got, grads_want):
+            assert relative_error(a, b) < 1e-2

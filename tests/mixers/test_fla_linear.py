@@ -14,10 +14,13 @@ from zoo.mixers.registry import check_mixer_kwargs, get_mixer
 from agreement import assert_gpu_matches_cpu
 from causality import assert_causal
 
-# mixer -> (fla module, fla op) that its GPU fast path calls, and the kernels entry that calls it
-FLA_OPS = {"gla": ("fla.ops.gla", "chunk_gla"), "deltanet": ("fla.ops.delta_rule", "chunk_delta_rule"),
-           "gated_deltanet": ("fla.ops.gated_delta_rule", "chunk_gated_delta_rule"),
-           "retnet": ("fla.ops.retention", "chunk_retention"), "hgrn2": ("fla.ops.gla", "chunk_gla")}
+# mixer -> (fla module, chunk op, fused recurrent op or None) that its GPU fast path calls, and the kernels
+# entry that calls it; the fused recurrent op runs where fla's chunks are unreliable (zoo.kernels.backend.fla_path)
+FLA_OPS = {"gla": ("fla.ops.gla", "chunk_gla", "fused_recurrent_gla"),
+           "deltanet": ("fla.ops.delta_rule", "chunk_delta_rule", "fused_recurrent_delta_rule"),
+           "gated_deltanet": ("fla.ops.gated_delta_rule", "chunk_gated_delta_rule", None),
+           "retnet": ("fla.ops.retention", "chunk_retention", "fused_recurrent_retention"),
+           "hgrn2": ("fla.ops.gla", "chunk_gla", "fused_recurrent_gla")}
 ENTRIES = {"gla": "gla", "deltanet": "delta_rule", "gated_deltanet": "delta_rule", "retnet": "retention",
            "hgrn2": "gla"}
 MIXERS = list(FLA_OPS)
@@ -78,12 +81,15 @@ def test_unknown_kwarg_is_rejected():
 @pytest.mark.parametrize("mixer", MIXERS + ["deltanet-neg", "gated_deltanet-neg"])
 @pytest.mark.parametrize("autocast", [True])  # training's precision; fla's kernels compute in tf32 / bf16 anyway
 def test_gpu_fast_path_is_fla_and_matches_cpu_reference(mixer, autocast, monkeypatch):
-    """Same weights on CPU (reference recurrence, float32) and GPU: fla's op runs once per layer, and outputs
-    and all gradients agree."""
+    """Same weights on CPU (reference recurrence, float32) and GPU: fla's op (its chunks, or where they are
+    unreliable its fused recurrence) runs once per layer, and outputs and all gradients agree."""
     name, _, neg = mixer.partition("-")
-    module_name, op_name = FLA_OPS[name]
+    module_name, op_name, recurrent_name = FLA_OPS[name]
+    expected = "fla"
     if module_name in FLA_CHUNK_MODULES_BROKEN_ON_HOPPER and fla_chunks_unreliable(0):
-        pytest.skip(fla_chunks_unreliable(0))  # the mixer uses its reference here (tested on CPU)
+        if recurrent_name is None:
+            pytest.skip(fla_chunks_unreliable(0))  # the mixer uses its reference here (tested on CPU)
+        op_name, expected = recurrent_name, "fla_recurrent"
     assert fast_module(module_name, "the GPU test", torch.zeros(1, device="cuda")) is not None, \
         f"{module_name} not importable on this GPU machine"
     fla = importlib.import_module(module_name)  # the mixers' fast path looks its functions up here at each call
@@ -101,5 +107,5 @@ def test_gpu_fast_path_is_fla_and_matches_cpu_reference(mixer, autocast, monkeyp
     with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
         out_gpu = gpu(ids.cuda())
     assert len(calls) == 2  # one fla call per layer, none on CPU
-    assert backend.last_backend(ENTRIES[name]) == "fla"
+    assert backend.last_backend(ENTRIES[name]) == expected
     assert_gpu_matches_cpu(cpu, gpu, out_cpu, out_gpu, tol=5e-2 if autocast else 5e-3)
