@@ -91,8 +91,14 @@ class TrainStep:
         """Stop training member ``index`` (its parameters no longer change); graphs are recorded anew."""
         if self.active[index]:
             self.active[index] = False
-            self.recorded.clear()
-            self.seen.clear()
+            self._drop_graphs()
+
+    def _drop_graphs(self) -> None:
+        """Forget every graph and their memory pool: the pool dies with its last graph, and recording into a
+        dead pool fails (PyTorch 2.11: ``use_count > 0 INTERNAL ASSERT FAILED`` in CUDACachingAllocator)."""
+        self.recorded.clear()
+        self.seen.clear()
+        self.pool = None
 
     def _member_step(self, i: int, inputs, positions, targets) -> None:
         m = self.members[i]
@@ -166,7 +172,9 @@ class TrainStep:
             except RuntimeError as err:  # a mixer that syncs with the host or allocates per call
                 print(f"zoo: CUDA graph capture failed, training eagerly ({str(err).splitlines()[0]})")
                 self.graphs = False
+                self._drop_graphs()
                 torch.cuda.synchronize()
+                _release_generator_from_capture(inputs.device)
                 self._eager(inputs, positions, targets)
                 return self.losses
         graph, static = self.recorded[key]
@@ -182,6 +190,14 @@ class TrainStep:
             total = total.clone()
             self.loss_sums.zero_()
         return total
+
+
+def _release_generator_from_capture(device: torch.device) -> None:
+    """A capture that failed half-way leaves the device's random generator marked as capturing, and every
+    later random op outside a graph (dropout) raises "Offset increment outside graph capture encountered
+    unexpectedly". A fresh copy of its state (same seed and offset, not capturing) lets eager steps go on."""
+    generator = torch.cuda.default_generators[device.index if device.index is not None else torch.cuda.current_device()]
+    generator.graphsafe_set_state(generator.clone_state())
 
 
 def build_optimizer(model: torch.nn.Module, train_cfg, cuda: bool, graphs: bool) -> torch.optim.Optimizer:

@@ -1,5 +1,4 @@
 """The CUDA-graph training step computes the same updates as the eager step."""
-import copy
 
 import pytest
 import torch
@@ -67,6 +66,33 @@ def test_graph_replay_matches_eager():
     for m_eager, m_graphed in zip(eager, graphed):
         for (name, a), b in zip(m_eager.named_parameters(), m_graphed.parameters()):
             assert torch.allclose(a, b, rtol=1e-4, atol=1e-5), name
+
+
+@pytest.mark.gpu
+def test_graphs_are_recorded_again_after_a_member_stops(capfd):
+    """A member that stops (early stop, divergence) drops the group's graphs; the next graphs are recorded in a
+    fresh memory pool (recording into the dropped graphs' pool failed with an allocator assert, and the failed
+    capture then broke every later dropout). Dropout on, as in training; the survivors keep replaying graphs."""
+    device = torch.device("cuda")
+    members = []
+    for lr in (1e-2, 3e-3, 1e-3):
+        torch.manual_seed(0)
+        model = LanguageModel(vocab_size=64, d_model=32, n_layers=2, mixer="softmax", max_seq_len=16, dropout=0.1).to(device)
+        opt = torch.optim.AdamW(model.parameters(), lr=torch.tensor(lr, device=device), fused=True, capturable=True)
+        members.append(Member(model, model, opt))
+    step = TrainStep(members, bf16=True, grad_clip=None, graphs=True)
+    batches = list(_batches(device, n=12, shapes=((8, 16, 3),)))
+    for b in batches[:6]:
+        step(*b)
+    assert len(step.recorded) == 1
+    step.deactivate(0)
+    frozen = [p.clone() for p in members[0].model.parameters()]
+    losses = [step(*b) for b in batches[6:]]
+    torch.cuda.synchronize()
+    assert step.graphs and len(step.recorded) == 1  # recorded again for the two members left, not eager
+    assert all(torch.isfinite(loss).all() for loss in losses)
+    assert all(torch.equal(a, b) for a, b in zip(frozen, members[0].model.parameters()))
+    assert "capture failed" not in capfd.readouterr().out
 
 
 @pytest.mark.gpu

@@ -2,12 +2,13 @@
 and on GPU their fla fast path against the PyTorch reference, with fla's op seen to run."""
 import copy
 import importlib
+from unittest.mock import ANY
 
 import pytest
 import torch
 
 from zoo.kernels import backend
-from zoo.kernels.backend import FLA_CHUNK_MODULES_BROKEN_ON_HOPPER, fast_module, fla_chunks_unreliable
+from zoo.kernels.backend import FLA_CHUNK_MODULES_BROKEN_ON_HOPPER, fla_chunks_unreliable, fla_path
 from zoo.errors import ConfigError
 from zoo.model import LanguageModel
 from zoo.mixers.registry import check_mixer_kwargs, get_mixer
@@ -90,7 +91,7 @@ def test_gpu_fast_path_is_fla_and_matches_cpu_reference(mixer, autocast, monkeyp
         if recurrent_name is None:
             pytest.skip(fla_chunks_unreliable(0))  # the mixer uses its reference here (tested on CPU)
         op_name, expected = recurrent_name, "fla_recurrent"
-    assert fast_module(module_name, "the GPU test", torch.zeros(1, device="cuda")) is not None, \
+    assert fla_path("auto", module_name, torch.zeros(1, device="cuda"), "the GPU test") == (ANY, expected), \
         f"{module_name} not importable on this GPU machine"
     fla = importlib.import_module(module_name)  # the mixers' fast path looks its functions up here at each call
     calls = []
