@@ -27,7 +27,9 @@ def gla(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, scal
     if fla is None:
         return gla_recurrent(q, k, v, g, scale)
     if used == FLA_RECURRENT:
-        return fla.fused_recurrent_gla(q=q, k=k, v=v, gk=g, scale=scale)[0]
+        # the log gates in float32: bf16 gates summed over the sequence lose the decays' precision (fla's chunk
+        # path accumulates them in float32 itself)
+        return fla.fused_recurrent_gla(q=q, k=k, v=v, gk=g.float(), scale=scale)[0]
     return fla.chunk_gla(q=q, k=k, v=v, g=g, scale=scale)[0]
 
 
