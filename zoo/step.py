@@ -143,10 +143,22 @@ class TrainStep:
             main.wait_stream(stream)
 
     def _record(self, key, inputs, positions, targets):
+        """Capture the step into a new graph, as ``torch.cuda.graph`` does but without its ``empty_cache()``:
+        emptying the cache after the first graph was recorded made that graph's replays crash (SIGSEGV, or an
+        illegal address in its kernels) on an H100 with torch 2.11, in groups of 2+ members that record a second
+        batch shape; ``results/graph_replay_crash.md`` has the experiments."""
         static = (inputs.clone(), positions.clone(), targets.clone())
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self.pool):
-            self._forked(*static)
+        capture = torch.cuda.Stream()  # capture cannot run on the default stream
+        capture.wait_stream(torch.cuda.current_stream())
+        torch.cuda.synchronize()
+        with torch.cuda.stream(capture):
+            graph.capture_begin(*(() if self.pool is None else (self.pool,)))
+            try:
+                self._forked(*static)
+            finally:
+                graph.capture_end()
+        torch.cuda.current_stream().wait_stream(capture)
         self.pool = graph.pool()
         self.recorded[key] = (graph, static)
 

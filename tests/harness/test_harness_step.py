@@ -96,6 +96,27 @@ def test_graphs_are_recorded_again_after_a_member_stops(capfd):
 
 
 @pytest.mark.gpu
+def test_group_recording_a_second_batch_shape_keeps_replaying(tmp_path):
+    """results/graph_replay_crash.md: a group of two DeltaNets on Z60 (195 full batches and one of 80 per epoch,
+    so a second graph is recorded in epoch 4, after the first was replayed) crashed in graph replay within 9
+    epochs every time while torch.cuda.graph emptied the allocator's cache before each capture."""
+    from zoo.config import make_run_config
+    from zoo.run import train_group
+
+    def cfg(lr):
+        return make_run_config({
+            "task": {"name": "word_problem", "params": {"group": "Z60"},
+                     "train": [{"num_examples": 50000, "input_seq_len": 16}],
+                     "test": [{"num_examples": 1000, "input_seq_len": 16}]},
+            "model": {"mixer": "deltanet", "d_model": 128, "n_layers": 2, "state_mixer": "mlp"},
+            "train": {"batch_size": 256, "max_epochs": 7, "lr": lr, "early_stop_accuracy": None,
+                      "checkpoint": False, "progress_bar": False}})
+    records = train_group([cfg(5e-4), cfg(2e-3)], [tmp_path / "a", tmp_path / "b"], quiet=True)
+    assert [r["status"] for r in records] == ["completed", "completed"], [r.get("error") for r in records]
+    assert [r["epochs"] for r in records] == [7, 7]
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("mixer", ["softmax", "gatedfwa", "based"])
 def test_training_with_graphs_follows_eager_training(mixer, tmp_path):
     """Whole runs (Lightning loop, lr schedule, validation) with and without CUDA graphs agree."""
