@@ -27,9 +27,7 @@ def gla(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, scal
     if fla is None:
         return gla_recurrent(q, k, v, g, scale)
     if used == FLA_RECURRENT:
-        # in float32: with bf16 inputs its backward was off by 40-50% (relative, hgrn2's gradients under autocast,
-        # H100, fla 0.6.0), against 1e-4 in float32
-        return fla.fused_recurrent_gla(q=q.float(), k=k.float(), v=v.float(), gk=g.float(), scale=scale)[0].to(v.dtype)
+        return fla.fused_recurrent_gla(q=q, k=k, v=v, gk=g, scale=scale)[0]
     return fla.chunk_gla(q=q, k=k, v=v, g=g, scale=scale)[0]
 
 

@@ -21,7 +21,7 @@ FLA_OPS = {"gla": ("fla.ops.gla", "chunk_gla", "fused_recurrent_gla"),
            "deltanet": ("fla.ops.delta_rule", "chunk_delta_rule", "fused_recurrent_delta_rule"),
            "gated_deltanet": ("fla.ops.gated_delta_rule", "chunk_gated_delta_rule", None),
            "retnet": ("fla.ops.retention", "chunk_retention", "fused_recurrent_retention"),
-           "hgrn2": ("fla.ops.gla", "chunk_gla", "fused_recurrent_gla")}
+           "hgrn2": ("fla.ops.gla", "chunk_gla", None)}  # hgrn2 keeps its reference there (zoo/mixers/hgrn2.py)
 ENTRIES = {"gla": "gla", "deltanet": "delta_rule", "gated_deltanet": "delta_rule", "retnet": "retention",
            "hgrn2": "gla"}
 MIXERS = list(FLA_OPS)
