@@ -101,8 +101,9 @@ class TrainConfig(Schema):
     # where it would mostly time the C++ compiler). A forward that fails to compile trains uncompiled, saying so.
     # H100, figure-2 cell, one step with CUDA graphs: softmax 3.49 -> 2.15 ms, gatedfwa 7.50 -> 3.03, hyena
     # 10.96 -> 7.58, rwkv 6.17 -> 3.13, based 3.95 -> 2.43, mamba 12.27 -> 8.15 (python -m zoo.bench.step
-    # --compile). Off by default: softmax runs at N=128 (batch 512, dropout 0.1) failed with "Offset increment
-    # outside graph capture encountered unexpectedly" (dropout's random numbers in a compiled, graphed step)
+    # --compile); MQAR figure-2 epoch 1.47 -> 0.82 s (python -m zoo.bench --sections zoology). Off by default: it
+    # is not yet tried across the sweeps' mixers (the "Offset increment outside graph capture" failure once
+    # blamed on it was a graph re-recording bug, results/graph_replay_crash.md), and the default enters run ids.
     compile: bool = False
     # on GPU, replay each training step from a CUDA graph; measured on an H100 at the figure-2 cell (uncompiled):
     # softmax 3.65 -> 1.46 s per epoch, gatedfwa 7.08 -> 3.10 (zoo.bench.profile)
