@@ -43,6 +43,16 @@ class KillsItsProcess(_Linear):
         return x  # a worker that dies without writing a result (segfault, OOM killer)
 
 
+@register_mixer("test_segfault")
+class CrashesInNativeCode(_Linear):
+    def forward(self, x):
+        if not x.is_meta:
+            import ctypes
+
+            ctypes.string_at(0)  # SIGSEGV, as a crashing kernel launcher or driver call would
+        return x
+
+
 @register_mixer("test_last_dim_1")
 class LastDimOne(_Linear):
     def forward(self, x):  # (B, L, D) -> (B, L, 1): would broadcast in the residual add

@@ -55,6 +55,17 @@ def test_failures_are_recorded_and_the_sweep_goes_on(write_sweep, tmp_path, faul
     assert "3 failed" in summary and "1 diverged" in summary and "test_raises" in summary
 
 
+def test_a_native_crash_records_the_python_stack(write_sweep, tmp_path, faulty_mixers, tiny_base):
+    """A worker killed by SIGSEGV: the run's error holds faulthandler's stack of the crashing thread (which mixer,
+    which line), not the end of the worker's log."""
+    base = tiny_base()
+    base["imports"] = [faulty_mixers]
+    assert sweep_main([str(write_sweep(grid={"model.mixer": ["test_segfault"]}, base=base))]) == 1
+    error = latest_records(tmp_path / "out")[0]["error"]
+    assert error.startswith("worker exited with code -11\nFatal Python error: Segmentation fault")
+    assert "faulty_mixers.py" in error and "in forward" in error and "Extension modules" not in error
+
+
 def test_failed_runs_are_retried_and_finished_ones_kept(write_sweep, tmp_path, faulty_mixers, tiny_base):
     base = tiny_base()
     base["imports"] = [faulty_mixers]

@@ -91,8 +91,13 @@ class Worker:
 
 
 def _died(worker: Worker, returncode: int) -> str:
-    tail = worker.log.read_text(errors="replace")[-6000:] if worker.log.exists() else ""
-    return f"worker exited with code {returncode}\n{tail}"
+    """The error of a group whose worker died: the exit code, then the end of the worker's log, or for a crash in
+    native code the Python stacks faulthandler wrote (without its list of loaded extension modules)."""
+    log = worker.log.read_text(errors="replace") if worker.log.exists() else ""
+    crash = log.rfind("Fatal Python error")
+    if crash >= 0:
+        log = log[crash:].split("\nExtension modules:")[0]
+    return f"worker exited with code {returncode}\n{log[-6000:]}"
 
 
 def train(groups: list[list], out: Path, options: Options, finish, running) -> None:
