@@ -21,7 +21,7 @@ FLA_OPS = {"gla": ("fla.ops.gla", "chunk_gla", "fused_recurrent_gla"),
            "deltanet": ("fla.ops.delta_rule", "chunk_delta_rule", "fused_recurrent_delta_rule"),
            "gated_deltanet": ("fla.ops.gated_delta_rule", "chunk_gated_delta_rule", None),
            "retnet": ("fla.ops.retention", "chunk_retention", "fused_recurrent_retention"),
-           "hgrn2": ("fla.ops.gla", "chunk_gla", None)}  # hgrn2 keeps its reference there (zoo/mixers/hgrn2.py)
+           "hgrn2": ("fla.ops.gla", "chunk_gla", "fused_recurrent_gla")}
 ENTRIES = {"gla": "gla", "deltanet": "delta_rule", "gated_deltanet": "delta_rule", "retnet": "retention",
            "hgrn2": "gla"}
 MIXERS = list(FLA_OPS)
@@ -78,9 +78,11 @@ def test_unknown_kwarg_is_rejected():
         check_mixer_kwargs("deltanet", {"allow_neg_eigval": True})
 
 
+# Under training's bf16 autocast, except hgrn2: its gradients in bf16 are far from float32 on any path (on a CPU,
+# bf16 autocast and the PyTorch recurrence put q_proj's gradient 84% away from float32's; gla's 2%), so a bf16
+# comparison cannot tell a wrong kernel from hgrn2's conditioning. hgrn2 is compared in float32.
 @pytest.mark.gpu
-@pytest.mark.parametrize("mixer", MIXERS + ["deltanet-neg", "gated_deltanet-neg"])
-@pytest.mark.parametrize("autocast", [True])  # training's precision; fla's kernels compute in tf32 / bf16 anyway
+@pytest.mark.parametrize("mixer, autocast", [(m, m != "hgrn2") for m in MIXERS + ["deltanet-neg", "gated_deltanet-neg"]])
 def test_gpu_fast_path_is_fla_and_matches_cpu_reference(mixer, autocast, monkeypatch):
     """Same weights on CPU (reference recurrence, float32) and GPU: fla's op (its chunks, or where they are
     unreliable its fused recurrence) runs once per layer, and outputs and all gradients agree."""

@@ -23,7 +23,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from zoo.kernels.backend import fla_chunks_unreliable
 from zoo.kernels.gla import gla
 from zoo.errors import ConfigError
 from zoo.mixers.linear_blocks import HeadRMSNorm
@@ -64,10 +63,7 @@ class HGRN2(nn.Module):
         i = self.i_proj(x).view(B, L, H, -1)
         g = F.logsigmoid(self.f_proj(x).float()).view(B, L, H, -1)
         k = (1 - g.exp()).to(i.dtype)  # the input gate, tied to the forget gate
-        # where fla's chunks are unreliable, the PyTorch recurrence rather than fla's fused one: hgrn2's gradients
-        # under bf16 autocast were 40-50% off the float32 reference there (H100, fla 0.6.0; gla's were 2% off)
-        backend = "naive" if x.is_cuda and fla_chunks_unreliable(x.device.index or 0) else "auto"
-        o = gla(q, k, i, g, backend=backend)
+        o = gla(q, k, i, g)
         return self.o_proj(self.g_norm(o.reshape(B, L, D)))
 
     def state_size(self, seq_len: int) -> int:
