@@ -41,13 +41,16 @@ def macro_accuracy(predictions: torch.Tensor, targets: torch.Tensor, num_classes
     """
     labelled = targets != IGNORE_INDEX
     trash = torch.full_like(targets, num_classes)  # ignored positions count in an extra, dropped class
+    target_class = torch.where(labelled, targets, trash)
+
     def count(index, weights):
         return torch.zeros(num_classes + 1, device=targets.device).scatter_add_(
             0, index.flatten(), weights.flatten().float())[:num_classes]
+
     ones = torch.ones_like(targets)
-    support = count(torch.where(labelled, targets, trash), ones)
+    support = count(target_class, ones)
     predicted = count(torch.where(labelled, predictions, trash), ones)
-    hits = count(torch.where(labelled, targets, trash), (predictions == targets) & labelled)
+    hits = count(target_class, predictions == targets)  # unlabelled positions land in the dropped class
     present = (support + predicted) > 0
     return (hits / support.clamp(min=1))[present].sum() / present.sum()
 

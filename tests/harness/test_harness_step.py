@@ -7,15 +7,16 @@ from zoo.model import LanguageModel
 from zoo.step import Member, TrainStep
 
 
-def _setup(graphs: bool, device, lrs=(1e-2,)):
+def _setup(graphs: bool, device, lrs=(1e-2,), dropout=0.0, bf16=False, grad_clip=1.0):
     members = []
     for lr in lrs:
         torch.manual_seed(0)
-        model = LanguageModel(vocab_size=64, d_model=32, n_layers=2, mixer="softmax", max_seq_len=16, dropout=0.0).to(device)
+        model = LanguageModel(vocab_size=64, d_model=32, n_layers=2, mixer="softmax", max_seq_len=16,
+                              dropout=dropout).to(device)
         lr = torch.tensor(lr, device=device) if graphs else lr
         opt = torch.optim.AdamW(model.parameters(), lr=lr, fused=device.type == "cuda", capturable=graphs)
         members.append(Member(model, model, opt))
-    return [m.model for m in members], TrainStep(members, bf16=False, grad_clip=1.0, graphs=graphs)
+    return [m.model for m in members], TrainStep(members, bf16=bf16, grad_clip=grad_clip, graphs=graphs)
 
 
 def _batches(device, n=12, shapes=((8, 16, 3), (5, 16, 3))):
@@ -74,24 +75,18 @@ def test_graphs_are_recorded_again_after_a_member_stops(capfd):
     fresh memory pool (recording into the dropped graphs' pool failed with an allocator assert, and the failed
     capture then broke every later dropout). Dropout on, as in training; the survivors keep replaying graphs."""
     device = torch.device("cuda")
-    members = []
-    for lr in (1e-2, 3e-3, 1e-3):
-        torch.manual_seed(0)
-        model = LanguageModel(vocab_size=64, d_model=32, n_layers=2, mixer="softmax", max_seq_len=16, dropout=0.1).to(device)
-        opt = torch.optim.AdamW(model.parameters(), lr=torch.tensor(lr, device=device), fused=True, capturable=True)
-        members.append(Member(model, model, opt))
-    step = TrainStep(members, bf16=True, grad_clip=None, graphs=True)
+    models, step = _setup(True, device, lrs=(1e-2, 3e-3, 1e-3), dropout=0.1, bf16=True, grad_clip=None)
     batches = list(_batches(device, n=12, shapes=((8, 16, 3),)))
     for b in batches[:6]:
         step(*b)
     assert len(step.recorded) == 1
     step.deactivate(0)
-    frozen = [p.clone() for p in members[0].model.parameters()]
+    frozen = [p.clone() for p in models[0].parameters()]
     losses = [step(*b) for b in batches[6:]]
     torch.cuda.synchronize()
     assert step.graphs and len(step.recorded) == 1  # recorded again for the two members left, not eager
     assert all(torch.isfinite(loss).all() for loss in losses)
-    assert all(torch.equal(a, b) for a, b in zip(frozen, members[0].model.parameters()))
+    assert all(torch.equal(a, b) for a, b in zip(frozen, models[0].parameters()))
     assert "capture failed" not in capfd.readouterr().out
 
 
