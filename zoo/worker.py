@@ -5,11 +5,14 @@ It reads groups of run folders from standard input, one JSON list per line; trai
 process (``zoo.run.train_group``: runs that differ only in lr side by side, a single run being a group of
 one), then writes the group's result records as one JSON list per line on file descriptor ``<reply fd>``.
 It writes no result file: the sweep process does (``zoo.results.write_result``). Python, CUDA and Triton
-start once per worker, not per run.
+start once per worker, not per run. After each group the worker hands its cached GPU memory back to the
+driver: workers share a GPU, and memory one group cached but no longer uses must not run the next group of
+another worker out of memory.
 """
 from __future__ import annotations
 
 import faulthandler
+import gc
 import json
 import os
 import sys
@@ -29,8 +32,19 @@ def main(reply_fd: int) -> int:
             run_dirs = [Path(d) for d in json.loads(line)]
             print(f"zoo.worker: training {', '.join(d.name for d in run_dirs)}", flush=True)
             cfgs = [make_run_config(OmegaConf.load(d / "config.yaml")) for d in run_dirs]
-            reply.write(json.dumps(train_group(cfgs, run_dirs, quiet=True), default=str) + "\n")
+            records = train_group(cfgs, run_dirs, quiet=True)
+            release_gpu_memory()
+            reply.write(json.dumps(records, default=str) + "\n")
     return 0
+
+
+def release_gpu_memory() -> None:
+    """Free what the last group left in PyTorch's CUDA cache (its tensors, graph pools, workspaces)."""
+    import torch
+
+    gc.collect()  # the group's models and CUDA graphs may sit in reference cycles
+    if torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
 
 
 if __name__ == "__main__":

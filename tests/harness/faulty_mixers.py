@@ -89,3 +89,18 @@ class WaitsWhileFileExists(_Linear):
         while not x.is_meta and flag and os.path.exists(flag):
             time.sleep(0.05)
         return self.proj(x)
+
+
+@register_mixer("test_oom_once")
+class RunsOutOfMemoryOnce(_Linear):
+    """Out of GPU memory on its first real call anywhere (it leaves the file ZOO_TEST_OOM_MARK behind), then trains
+    like a linear layer: memory that other runs on the GPU had taken and gave back."""
+
+    def forward(self, x):
+        import os
+
+        mark = os.environ["ZOO_TEST_OOM_MARK"]
+        if not x.is_meta and not os.path.exists(mark):
+            open(mark, "w").close()
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return self.proj(x)

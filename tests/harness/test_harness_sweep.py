@@ -66,6 +66,30 @@ def test_a_native_crash_records_the_python_stack(write_sweep, tmp_path, faulty_m
     assert "faulty_mixers.py" in error and "in forward" in error and "Extension modules" not in error
 
 
+def test_a_group_out_of_gpu_memory_beside_others_is_queued_again(write_sweep, tmp_path, faulty_mixers, tiny_base,
+                                                                 monkeypatch, capsys):
+    """Two workers on one (pretended) GPU: the run that ran out of memory is trained again, not recorded failed;
+    alone on its GPU (one worker) it is recorded failed at once."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)  # workers get CUDA_VISIBLE_DEVICES=0 and use the CPU
+    monkeypatch.setenv("ZOO_TEST_OOM_MARK", str(tmp_path / "oom-mark"))
+    base = tiny_base()
+    base["imports"] = [faulty_mixers]
+    sweep = load_sweep(write_sweep(grid={"model.mixer": ["test_oom_once", "softmax"]}, base=base))
+    run_sweep(sweep, runs_per_gpu=2)
+    records = read_jsonl(tmp_path / "out" / "results.jsonl")
+    assert sorted(r["status"] for r in records) == ["completed", "completed"]  # one line per run, no failure
+    assert "ran out of GPU memory beside other runs; queued again (try 2 of 3)" in capsys.readouterr().out
+
+    (tmp_path / "oom-mark").unlink()
+    monkeypatch.setattr(sweep, "out", tmp_path / "alone")
+    run_sweep(sweep, runs_per_gpu=1)
+    by_mixer = {r["mixer"]: r for r in read_jsonl(tmp_path / "alone" / "results.jsonl")}
+    assert by_mixer["test_oom_once"]["status"] == "failed"
+    assert by_mixer["test_oom_once"]["error"].startswith("CUDA out of memory")
+
+
 def test_failed_runs_are_retried_and_finished_ones_kept(write_sweep, tmp_path, faulty_mixers, tiny_base):
     base = tiny_base()
     base["imports"] = [faulty_mixers]

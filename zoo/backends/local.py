@@ -29,6 +29,7 @@ MEMORY_PER_RUN = 10 * GIB  # the default share of GPU memory one run is given
 # 2 against 1 or 4 with graphs on is not measured yet.
 WORKERS_PER_GPU = 2
 HANG_GRACE_S = 60.0  # a group with train.timeout that has no result this long after it is counted as hung
+OOM_RETRIES = 2  # times a group that ran out of GPU memory beside other workers goes back into the queue
 
 
 def default_runs_per_gpu() -> int:
@@ -90,6 +91,14 @@ class Worker:
         self.log_file.close()
 
 
+def out_of_memory(records: list[dict]) -> bool:
+    """Whether a group failed for want of GPU memory: every run failed, at least one with CUDA or cuBLAS
+    out of memory (the others of a group stop with it)."""
+    errors = [r.get("error") or "" for r in records if r["status"] == "failed"]
+    return len(errors) == len(records) and any("CUDA out of memory" in e or "CUBLAS_STATUS_ALLOC_FAILED" in e
+                                               for e in errors)
+
+
 def _died(worker: Worker, returncode: int) -> str:
     """The error of a group whose worker died: the exit code, then the end of the worker's log, or for a crash in
     native code the Python stacks faulthandler wrote (without its list of loaded extension modules)."""
@@ -114,10 +123,22 @@ def train(groups: list[list], out: Path, options: Options, finish, running) -> N
     queue = list(groups)
     workers: list[Worker] = []
     idle_deaths = 0
+    oom_retries: dict[int, int] = {}  # id(group) -> times requeued
 
     def settle(worker: Worker, records: list[dict] | None, error: str = "") -> None:
-        """Hand on the worker's group: the records it returned, or one crash/timeout record per run."""
-        for i, run in enumerate(worker.group):
+        """Hand on the worker's group: the records it returned, or one crash/timeout record per run. A group
+        that ran out of GPU memory while other workers shared its GPU is tried again later instead (from its
+        checkpoints), up to OOM_RETRIES times: the memory was most likely taken by the others."""
+        group = worker.group
+        if records and out_of_memory(records) and slots.count(worker.slot) > 1 and worker.slot \
+                and oom_retries.get(id(group), 0) < OOM_RETRIES:
+            oom_retries[id(group)] = oom_retries.get(id(group), 0) + 1
+            print(f"zoo: {', '.join(run.id for run in group)} ran out of GPU memory beside other runs; "
+                  f"queued again (try {oom_retries[id(group)] + 1} of {OOM_RETRIES + 1})", flush=True)
+            queue.append(group)
+            worker.group = None
+            return
+        for i, run in enumerate(group):
             finish(run, records[i] if records else crash_record(run, error))
         worker.group = None
 
