@@ -4,9 +4,11 @@ Rows per attention shape (forward and forward+backward, ms and TFLOP/s of the wi
 ours; ours with the gate off; FlexAttention (``torch.compile``d, score_mod adding ``u_i - u_j``,
 sliding-window block mask); flash-linear-attention ``parallel_attn(g=-alpha, window_size=w)``;
 SDPA full causal attention without gate (a speed reference). Then the preprocessing scan against
-eager and compiled PyTorch, in GB/s next to a device-to-device copy.
+eager and compiled PyTorch, in GB/s next to a device-to-device copy. Then the linear recurrences without a
+kernel of ours (the gated and ungated delta rule, RWKV-7), forward+backward in float32 on every backend of
+their entries: the PyTorch recurrence, the chunked PyTorch form, and fla's kernels where they work.
 
-    python -m zoo.kernels.bench --shapes 1,16,65536,64,512 256,2,512,64,256 --dtype bf16
+    python -m zoo.kernels.bench --shapes 1,16,65536,64,512 256,2,512,64,256 --dtype bf16 --recurrences 128,128,2,64
 """
 from __future__ import annotations
 
@@ -15,9 +17,11 @@ import argparse
 import torch
 import torch.nn.functional as F
 
+from zoo.kernels import delta_rule as delta_rule_op
+from zoo.kernels import rwkv7 as rwkv7_op
+from zoo.kernels.backend import FLA_CHUNK_MODULES_BROKEN_ON_HOPPER, fla_chunks_unreliable, optional_import
 from zoo.kernels.gatedfwa import gate_cumsum, gated_window_attention
 from zoo.kernels.gatedfwa.naive import gate_cumsum_ref
-from zoo.kernels.backend import optional_import
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
@@ -117,12 +121,53 @@ def scan_rows(T, H, dtype=torch.float32):
     return rows
 
 
+def recurrence_rows(B, T, H, K):
+    """{op: {backend: fwd+bwd ms, or why it did not run}} for the delta rule (gated, ungated) and RWKV-7."""
+    dev = "cuda"
+    torch.manual_seed(0)
+
+    def leaf(*shape, fn=lambda x: x):
+        return fn(torch.randn(*shape, device=dev)).detach().requires_grad_()
+
+    q, k, v = leaf(B, T, H, K), leaf(B, T, H, K, fn=lambda x: F.normalize(x, dim=-1)), leaf(B, T, H, K)
+    beta, g = leaf(B, T, H, fn=torch.sigmoid), leaf(B, T, H, fn=F.logsigmoid)
+    w = leaf(B, T, H, K, fn=lambda x: -F.softplus(x) - 0.01)
+    kk = F.normalize(torch.randn(B, T, H, K, device=dev), dim=-1)
+    a, b = (-kk).requires_grad_(), (kk * torch.rand(B, T, H, K, device=dev)).requires_grad_()
+    ops = {
+        "delta rule, gated": (delta_rule_op.BACKENDS, "fla.ops.gated_delta_rule",
+                              lambda bk: delta_rule_op.delta_rule(q, k, v, beta, g, backend=bk), (q, k, v, beta, g)),
+        "delta rule": (delta_rule_op.BACKENDS, "fla.ops.delta_rule",
+                       lambda bk: delta_rule_op.delta_rule(q, k, v, beta, backend=bk), (q, k, v, beta)),
+        "rwkv7": (rwkv7_op.BACKENDS, "fla.ops.rwkv7",
+                  lambda bk: rwkv7_op.rwkv7(q, w, k, v, a, b, backend=bk), (q, w, k, v, a, b)),
+    }
+    broken = fla_chunks_unreliable(torch.cuda.current_device())
+    rows = {}
+    for op, (backends, fla_module, call, leaves) in ops.items():
+        rows[op] = {}
+        for backend in backends:
+            if backend == "auto":
+                continue
+            if backend == "fla" and fla_module in FLA_CHUNK_MODULES_BROKEN_ON_HOPPER and broken:
+                rows[op][backend] = f"skipped: {broken}"
+                continue
+            try:
+                out = call(backend)
+                grad = torch.randn_like(out)
+                rows[op][backend] = timed(lambda: call(backend).backward(grad), leaves)
+            except Exception as err:  # a backend that cannot run here (missing package, no backward) gets a reason
+                rows[op][backend] = f"failed: {type(err).__name__}: {str(err).splitlines()[0][:90]}"
+    return rows
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--shapes", nargs="*", default=["1,16,65536,64,512", "256,2,512,64,256"],
                         help="attention shapes B,H,T,D,window")
     parser.add_argument("--dtype", choices=sorted(DTYPES), default="bf16")
     parser.add_argument("--scan", default="65536,64", help="preprocessing shape T,H (empty to skip)")
+    parser.add_argument("--recurrences", default="128,128,2,64", help="recurrence shape B,T,H,K (empty to skip)")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("zoo.kernels.bench needs a CUDA GPU")
@@ -146,6 +191,12 @@ def main():
         print(f"\npreprocessing forward, (1, {T}, {H}) fp32")
         for name, (ms, gbs) in scan_rows(T, H).items():
             print(f"{name:52s} {ms * 1e3:9.1f} us {gbs:8.0f} GB/s")
+    if args.recurrences:
+        B, T, H, K = (int(x) for x in args.recurrences.split(","))
+        print(f"\nlinear recurrences, B={B} T={T} H={H} K=V={K} fp32, forward+backward ms")
+        for op, row in recurrence_rows(B, T, H, K).items():
+            for backend, ms in row.items():
+                print(f"{op:20s} {backend:14s} " + (f"{ms:9.3f}" if isinstance(ms, float) else ms))
 
 
 if __name__ == "__main__":
