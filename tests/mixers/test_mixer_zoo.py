@@ -77,8 +77,9 @@ def test_unknown_kwarg_is_rejected():
         check_mixer_kwargs("rwkv", {"d_state": 4})
 
 
-# the kernels op each mixer calls and the backends that count as its GPU fast path
-FAST_PATHS = {"hyena": ("long_conv", {"fft"}), "rwkv": ("wkv4", {"triton"}), "rwkv7": ("rwkv7", {"fla"}),
+# the kernels op each mixer calls and the backends that count as its GPU fast path (rwkv7: fla's chunks, or where
+# they are unreliable the chunked PyTorch form, see zoo.kernels.backend)
+FAST_PATHS = {"hyena": ("long_conv", {"fft"}), "rwkv": ("wkv4", {"triton"}), "rwkv7": ("rwkv7", {"fla", "chunked"}),
               "mamba": ("selective_scan", {"mamba_ssm", "triton"}), "mamba2": ("ssd", {"chunked"}),
               "based": ("based", {"fla"})}
 
@@ -97,8 +98,6 @@ def test_cpu_runs_the_reference_path(mixer):
 def test_gpu_fast_path_matches_cpu_reference(mixer, batch, seq_len, autocast):
     """Same weights on CPU (reference path, float32) and GPU (fast path): outputs and all gradients agree.
     bf16 autocast (training's path) for every mixer; float32 too where the fast path is our own Triton kernel."""
-    if mixer == "rwkv7" and backend.fla_chunks_unreliable(0):
-        pytest.skip(backend.fla_chunks_unreliable(0))  # rwkv7 runs its recurrence here (see zoo.kernels.backend)
     torch.manual_seed(0)
     cpu = LanguageModel(256, 128, n_layers=2, mixer=mixer, max_seq_len=128)
     gpu = copy.deepcopy(cpu).cuda()
