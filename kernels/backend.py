@@ -127,6 +127,18 @@ def fla_path(backend: str, module: str, x: torch.Tensor, purpose: str) -> tuple[
     return Opaque(found), "fla"
 
 
+def without_autocast(fn):
+    """``fn`` with autocast off on every device: a PyTorch kernel that does its own float32 math. Under training's
+    bf16 autocast its matmuls would silently run in bf16, and some of its ops have no bf16 version at all
+    (``torch.linalg.solve_triangular``)."""
+    @functools.wraps(fn)
+    def float32_math(*args, **kwargs):
+        with torch.autocast("cuda", enabled=False), torch.autocast("cpu", enabled=False):
+            return fn(*args, **kwargs)
+
+    return float32_math
+
+
 def fast_path(backend: str, fast: str, module: str, x: torch.Tensor, purpose: str):
     """The module of the fast path named ``fast`` for this call, or None for another backend.
 

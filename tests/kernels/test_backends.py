@@ -1,6 +1,6 @@
 """Every kernels entry: an unknown backend is a ValueError naming the allowed values, ``"naive"`` runs on CPU
 and is recorded, ``"auto"`` on CPU is today's CPU path, and the fast paths that run on CPU (Triton under
-the interpreter, the chunked SSD, the FFT) agree with the reference through the entry."""
+the interpreter, the chunked SSD, delta rule and RWKV-7, the FFT) agree with the reference through the entry."""
 import pytest
 import torch
 
@@ -41,13 +41,13 @@ ENTRIES = {
     "ssd": (ssd, lambda: (rand(B, T, H, 3), torch.rand(B, T, H) * 0.1, neg(H), rand(B, T, 5), rand(B, T, 5)), "ssd",
             "naive", ["chunked"]),
     "rwkv7": (rwkv7, lambda: (rand(B, T, H, K), -0.5 * torch.rand(B, T, H, K), rand(B, T, H, K), rand(B, T, H, K),
-                              rand(B, T, H, K), rand(B, T, H, K)), "rwkv7", "naive", []),
+                              rand(B, T, H, K), rand(B, T, H, K)), "rwkv7", "naive", ["chunked"]),
     "based_attention": (based_attention, lambda: (rand(B, T, H, K), rand(B, T, H, K), rand(B, T, H, 3)), "based",
                         "naive", []),
     "gla": (gla, lambda: (rand(B, T, H, K), rand(B, T, H, K), rand(B, T, H, 3), neg(B, T, H, K)), "gla", "naive", []),
     "retention": (retention, lambda: (rand(B, T, H, K), rand(B, T, H, K), rand(B, T, H, 3)), "retention", "naive", []),
     "delta_rule": (delta_rule, lambda: (rand(B, T, H, K), rand(B, T, H, K), rand(B, T, H, 3), torch.rand(B, T, H),
-                                        neg(B, T, H)), "delta_rule", "naive", []),
+                                        neg(B, T, H)), "delta_rule", "naive", ["chunked"]),
     "long_conv": (long_conv, lambda: (rand(B, T, 3), rand(T, 3), rand(3)), "long_conv", "fft", ["fft"]),
     "layer_norm": (layer_norm, lambda: (rand(B, T, 6), rand(6), rand(6)), "layer_norm", "naive", ["split"]),
 }
@@ -81,3 +81,16 @@ def test_fast_paths_that_run_on_cpu_match_the_reference(name, fast):
     got = entry(*args, backend=fast)
     assert backend.last_backend(op) == fast
     torch.testing.assert_close(got, entry(*args, backend="naive"), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("name", ["rwkv7", "delta_rule"])
+def test_chunked_pytorch_paths_compute_in_float32_under_bf16_autocast(name):
+    """Training autocasts to bf16; the chunked forms keep their float32 math (and their triangular solves, which
+    have no bf16 version), so they give the same result with and without autocast."""
+    entry, inputs, *_ = ENTRIES[name]
+    torch.manual_seed(0)
+    args = inputs()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got = entry(*args, backend="chunked")
+    assert got.dtype == torch.float32
+    torch.testing.assert_close(got, entry(*args, backend="chunked"), rtol=0, atol=0)
