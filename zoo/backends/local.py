@@ -25,7 +25,8 @@ MEMORY_PER_RUN = 10 * GIB  # the default share of GPU memory one run is given
 # Measured on an H100 at the figure-2 cell: with CUDA graphs one run keeps the GPU about 90% busy within an
 # epoch (zoo.bench.profile), and 6 single-run processes started together had 1.00x the throughput of one
 # (zoo.bench --sections scaling): CUDA gives processes the GPU in turns. A second worker fills the gaps between
-# epochs (validation, data, graph capture). With NVIDIA MPS running the same 6 processes had 1.58x (README).
+# epochs (validation, data, graph capture). With NVIDIA MPS running the same 6 processes had 1.58x, but a fault in
+# one MPS client broke the others (README): zoo does not start MPS.
 WORKERS_PER_GPU = 2
 HANG_GRACE_S = 60.0  # a group with train.timeout that has no result this long after it is counted as hung
 OOM_RETRIES = 2  # times a group that ran out of GPU memory beside other workers goes back into the queue
