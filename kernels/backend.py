@@ -20,6 +20,7 @@ from zoo.optional import optional_import
 log = logging.getLogger("zoo")
 
 NAIVE = "naive"
+CHUNKED = "chunked"  # a chunked PyTorch form of a recurrence: batched matmuls, a Python loop over chunks at most
 _LAST: dict[str, str] = {}
 
 
@@ -27,6 +28,12 @@ def check_backend(backend: str, allowed: tuple[str, ...]) -> None:
     """ValueError naming the allowed values unless ``backend`` is one of them."""
     if backend not in allowed:
         raise ValueError(f"backend={backend!r} is not valid: expected one of {', '.join(allowed)}")
+
+
+def named_or_gpu(backend: str, name: str, x: torch.Tensor) -> bool:
+    """Whether the path ``name``, one that needs no optional package (our Triton kernel, a chunked PyTorch form),
+    runs: named explicitly, or ``"auto"`` for a CUDA tensor."""
+    return backend == name or (backend == "auto" and x.is_cuda)
 
 
 def record(op: str, backend: str) -> None:

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import torch
 
-from zoo.kernels.backend import FLA_RECURRENT, NAIVE, check_backend, fast_path, fla_path, record
+from zoo.kernels.backend import (CHUNKED, FLA_RECURRENT, NAIVE, check_backend, fast_path, fla_path, named_or_gpu,
+                                 record)
 from zoo.kernels.delta_rule.chunked import delta_rule_chunked
 from zoo.kernels.delta_rule.naive import delta_rule_recurrent
 
-CHUNKED = "chunked"
 BACKENDS = ("auto", "fla", FLA_RECURRENT, CHUNKED, NAIVE)
 
 
@@ -38,7 +38,7 @@ def delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta: torch.Te
         fla = fast_path(backend, "fla", "fla.ops.gated_delta_rule", q,
                         "gated_deltanet on GPU (falls back to the chunked PyTorch form)")
         # not the step-by-step recurrence on a GPU: it launches several tiny kernels per time step
-        used = "fla" if fla is not None else CHUNKED if backend == "auto" and q.is_cuda else NAIVE
+        used = "fla" if fla is not None else CHUNKED if named_or_gpu(backend, CHUNKED, q) else NAIVE
     record("delta_rule", used)
     if used == CHUNKED:
         return delta_rule_chunked(q, k, v, beta, g, scale, l2norm_qk)
@@ -56,4 +56,4 @@ def delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta: torch.Te
     return o
 
 
-__all__ = ["delta_rule", "BACKENDS", "CHUNKED"]
+__all__ = ["delta_rule", "BACKENDS"]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from zoo.kernels.backend import NAIVE, check_backend, record
+from zoo.kernels.backend import NAIVE, check_backend, named_or_gpu, record
 from zoo.kernels.gatedfwa.naive import gate_cumsum_ref, gated_window_attention_ref
 
 BACKENDS = ("auto", "triton", NAIVE)
@@ -16,7 +16,7 @@ BACKENDS = ("auto", "triton", NAIVE)
 
 def _use_triton(op: str, backend: str, x: torch.Tensor) -> bool:
     check_backend(backend, BACKENDS)
-    triton = backend == "triton" or (backend == "auto" and x.is_cuda)
+    triton = named_or_gpu(backend, "triton", x)
     record(op, "triton" if triton else NAIVE)
     return triton
 

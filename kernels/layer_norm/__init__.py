@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from zoo.kernels.backend import NAIVE, check_backend, record
+from zoo.kernels.backend import NAIVE, check_backend, named_or_gpu, record
 from zoo.kernels.layer_norm.naive import layer_norm_naive
 from zoo.kernels.layer_norm.split import SplitBackwardLayerNorm
 
@@ -26,7 +26,7 @@ def layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: f
                backend: str = "auto") -> torch.Tensor:
     """LayerNorm over the last dim of x [..., D] with weight, bias [D]."""
     check_backend(backend, BACKENDS)
-    if backend == NAIVE or (backend == "auto" and not x.is_cuda):
+    if not named_or_gpu(backend, "split", x):
         record("layer_norm", NAIVE)
         return layer_norm_naive(x, weight, bias, eps)
     record("layer_norm", "split")

@@ -4,7 +4,8 @@
 ``chunk_retention``), ``"fla_recurrent"`` (its ``fused_recurrent_retention``), ``"naive"``
 (``naive.retention_naive``, the PyTorch recurrence) or ``"auto"`` (for CUDA tensors where fla imports, its
 chunks, or its fused recurrence where the chunks are unreliable, see ``zoo.kernels.backend.fla_path``; else
-the PyTorch recurrence). fla's ops hard-code the decays of ``naive.retention_log_decay``. ``zoo.kernels.backend.last_backend("retention")`` says which ran.
+the PyTorch recurrence). fla's ops hard-code the decays of ``naive.retention_log_decay``.
+``zoo.kernels.backend.last_backend("retention")`` says which ran.
 """
 from __future__ import annotations
 

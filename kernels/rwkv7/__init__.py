@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import torch
 
-from zoo.kernels.backend import NAIVE, check_backend, fast_path, record
+from zoo.kernels.backend import CHUNKED, NAIVE, check_backend, fast_path, named_or_gpu, record
 from zoo.kernels.rwkv7.chunked import rwkv7_chunked
 from zoo.kernels.rwkv7.naive import rwkv7_naive
 
-CHUNKED = "chunked"
 BACKENDS = ("auto", "fla", CHUNKED, NAIVE)
 
 
@@ -30,7 +29,7 @@ def rwkv7(r: torch.Tensor, w: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a:
     fla = fast_path(backend, "fla", "fla.ops.rwkv7", r, "rwkv7 on GPU (the chunked PyTorch form runs instead)")
     if fla is None:
         # on a GPU the step-by-step recurrence is one small kernel chain per step: far slower than chunks
-        name = CHUNKED if backend == CHUNKED or (backend == "auto" and r.is_cuda) else NAIVE
+        name = CHUNKED if named_or_gpu(backend, CHUNKED, r) else NAIVE
         record("rwkv7", name)
         return (rwkv7_chunked if name == CHUNKED else rwkv7_naive)(r, w, k, v, a, b)
     record("rwkv7", "fla")
@@ -39,4 +38,4 @@ def rwkv7(r: torch.Tensor, w: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a:
     return o
 
 
-__all__ = ["rwkv7", "BACKENDS", "CHUNKED"]
+__all__ = ["rwkv7", "BACKENDS"]

@@ -8,19 +8,19 @@ from __future__ import annotations
 
 import torch
 
-from zoo.kernels.backend import NAIVE, check_backend, record
+from zoo.kernels.backend import CHUNKED, NAIVE, check_backend, named_or_gpu, record
 from zoo.kernels.ssd.chunked import ssd_chunked
 from zoo.kernels.ssd.naive import ssd_naive
 
-BACKENDS = ("auto", "chunked", NAIVE)
+BACKENDS = ("auto", CHUNKED, NAIVE)
 
 
 def ssd(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor,
         backend: str = "auto") -> torch.Tensor:
     """x: (Bt, L, H, P); dt: (Bt, L, H) positive; A: (H,) negative; B, C: (Bt, L, N) -> y: (Bt, L, H, P)."""
     check_backend(backend, BACKENDS)
-    chunked = backend == "chunked" or (backend == "auto" and x.is_cuda)
-    record("ssd", "chunked" if chunked else NAIVE)
+    chunked = named_or_gpu(backend, CHUNKED, x)
+    record("ssd", CHUNKED if chunked else NAIVE)
     return ssd_chunked(x, dt, A, B, C) if chunked else ssd_naive(x, dt, A, B, C)
 
 
