@@ -130,11 +130,12 @@ def train(groups: list[list], out: Path, options: Options, finish, running) -> N
         that ran out of GPU memory while other workers shared its GPU is tried again later instead (from its
         checkpoints), up to OOM_RETRIES times: the memory was most likely taken by the others."""
         group = worker.group
-        if records and out_of_memory(records) and slots.count(worker.slot) > 1 and worker.slot \
-                and oom_retries.get(id(group), 0) < OOM_RETRIES:
-            oom_retries[id(group)] = oom_retries.get(id(group), 0) + 1
+        tries = oom_retries.get(id(group), 0)
+        shared_gpu = worker.slot != "" and slots.count(worker.slot) > 1
+        if records and shared_gpu and tries < OOM_RETRIES and out_of_memory(records):
+            oom_retries[id(group)] = tries + 1
             print(f"zoo: {', '.join(run.id for run in group)} ran out of GPU memory beside other runs; "
-                  f"queued again (try {oom_retries[id(group)] + 1} of {OOM_RETRIES + 1})", flush=True)
+                  f"queued again (try {tries + 2} of {OOM_RETRIES + 1})", flush=True)
             queue.append(group)
             worker.group = None
             return
