@@ -10,7 +10,8 @@ Both layers, per head::
 with a_t = 1 (DeltaNet) or a_t = exp(-exp(A_log) softplus(x W_a + dt_bias)) (Gated DeltaNet), and
 ``conv`` a causal depthwise convolution of length 4. Outputs: DeltaNet ``W_o RMSNorm_head(o)``; Gated
 DeltaNet ``W_o (RMSNorm_head(o) * swish(x W_g))``. The recurrence is ``zoo.kernels.delta_rule``: fla's
-``chunk_delta_rule`` / ``chunk_gated_delta_rule`` on GPU, the PyTorch recurrence on CPU.
+``chunk_delta_rule`` / ``chunk_gated_delta_rule`` on GPU (where fla's chunks are unreliable, its fused recurrence
+for DeltaNet and zoo's chunked PyTorch form for Gated DeltaNet), the PyTorch recurrence on CPU.
 
 ``negative_eigenvalues=True`` doubles beta to (0, 2), so the transition along k_t, 1 - beta_t, reaches
 into (-1, 1): fla's ``allow_neg_eigval``, from Grazzi et al. 2024, which lets one layer track parity.
