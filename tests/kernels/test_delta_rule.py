@@ -8,14 +8,7 @@ from zoo.kernels.backend import fla_chunks_unreliable
 from zoo.kernels.delta_rule import delta_rule
 from zoo.kernels.delta_rule.naive import delta_rule_recurrent
 
-
-def inputs(B, T, H, K, V, beta_max=1.0, dtype=torch.float64, device="cpu"):
-    q = torch.randn(B, T, H, K, dtype=dtype, device=device)
-    k = F.normalize(torch.randn(B, T, H, K, dtype=dtype, device=device), dim=-1)
-    v = torch.randn(B, T, H, V, dtype=dtype, device=device)
-    beta = beta_max * torch.rand(B, T, H, dtype=dtype, device=device)
-    g = F.logsigmoid(torch.randn(B, T, H, dtype=dtype, device=device))
-    return q, k, v, beta, g
+from delta_rule_inputs import inputs
 
 
 @pytest.mark.parametrize("gated", [False, True])

@@ -5,7 +5,6 @@ import importlib.util
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 from zoo.kernels import backend
 from zoo.kernels.backend import fla_chunks_unreliable
@@ -13,18 +12,9 @@ from zoo.kernels.delta_rule import delta_rule
 from zoo.kernels.delta_rule.chunked import delta_rule_chunked
 from zoo.kernels.delta_rule.naive import delta_rule_recurrent
 
+from delta_rule_inputs import inputs
+
 NAMES = ("q", "k", "v", "beta", "g")
-
-
-def inputs(B, T, H, K, V, beta_max=1.0, log_gate_shift=0.0, dtype=torch.float64, device="cpu"):
-    """test_delta_rule.py's inputs (tests is no package), and ``log_gate_shift`` to make gates weaker (> 0)
-    or stronger (< 0)."""
-    q = torch.randn(B, T, H, K, dtype=dtype, device=device)
-    k = F.normalize(torch.randn(B, T, H, K, dtype=dtype, device=device), dim=-1)
-    v = torch.randn(B, T, H, V, dtype=dtype, device=device)
-    beta = beta_max * torch.rand(B, T, H, dtype=dtype, device=device)
-    g = F.logsigmoid(torch.randn(B, T, H, dtype=dtype, device=device) + log_gate_shift)
-    return q, k, v, beta, g
 
 
 def relative_error(a, b):
