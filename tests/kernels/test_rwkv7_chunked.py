@@ -9,17 +9,7 @@ from zoo.kernels.rwkv7 import rwkv7
 from zoo.kernels.rwkv7.chunked import rwkv7_chunked
 from zoo.kernels.rwkv7.naive import rwkv7_naive
 
-
-def transitions(r, w, k, v, a, b):
-    """S_t = (diag(exp(w_t)) + b_t a_t^T) S_{t-1} + k_t v_t^T, o_t = S_t^T r_t, in the inputs' dtype."""
-    B, L, H, K = r.shape
-    S = r.new_zeros(B, H, K, v.shape[-1])
-    out = []
-    for t in range(L):
-        G = torch.diag_embed(torch.exp(w[:, t])) + b[:, t, ..., :, None] * a[:, t, ..., None, :]  # (B, H, K, K)
-        S = G @ S + k[:, t, ..., :, None] * v[:, t, ..., None, :]
-        out.append((r[:, t, ..., None, :] @ S).squeeze(-2))
-    return torch.stack(out, 1)
+from rwkv7_reference import transitions
 
 
 def layer_inputs(B, L, H, K, V, w_low=-5.0, w_high=-0.01, dtype=torch.float64, seed=0):
