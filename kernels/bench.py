@@ -161,19 +161,36 @@ def recurrence_rows(B, T, H, K):
     return rows
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--shapes", nargs="*", default=["1,16,65536,64,512", "256,2,512,64,256"],
+def shape_of(names: str):
+    """An argparse type: "1,2,3" -> (1, 2, 3), one positive int per comma-separated name in ``names``; "" -> None
+    (the section is skipped). Anything else is an argparse error (exit 2) that names the expected form."""
+    def parse(text: str) -> tuple[int, ...] | None:
+        if text == "":
+            return None
+        parts = text.split(",")
+        if len(parts) != len(names.split(",")) or not all(p.isdigit() and int(p) > 0 for p in parts):
+            raise argparse.ArgumentTypeError(f"{text!r} is not valid: expected {names} as positive integers, or ''")
+        return tuple(int(p) for p in parts)
+
+    return parse
+
+
+def main(argv: list[str] | None = None):
+    parser = argparse.ArgumentParser(prog="python -m zoo.kernels.bench", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--shapes", nargs="*", type=shape_of("B,H,T,D,window"),
+                        default=[(1, 16, 65536, 64, 512), (256, 2, 512, 64, 256)],
                         help="attention shapes B,H,T,D,window")
     parser.add_argument("--dtype", choices=sorted(DTYPES), default="bf16")
-    parser.add_argument("--scan", default="65536,64", help="preprocessing shape T,H (empty to skip)")
-    parser.add_argument("--recurrences", default="128,128,2,64", help="recurrence shape B,T,H,K (empty to skip)")
-    args = parser.parse_args()
+    parser.add_argument("--scan", type=shape_of("T,H"), default=(65536, 64),
+                        help="preprocessing shape T,H (empty to skip)")
+    parser.add_argument("--recurrences", type=shape_of("B,T,H,K"), default=(128, 128, 2, 64),
+                        help="recurrence shape B,T,H,K (empty to skip)")
+    args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         raise SystemExit("zoo.kernels.bench needs a CUDA GPU")
     print(f"GPU: {torch.cuda.get_device_name()}  torch {torch.__version__}  dtype {args.dtype}")
-    for shape in args.shapes:
-        B, H, T, D, window = (int(x) for x in shape.split(","))
+    for B, H, T, D, window in filter(None, args.shapes):
         flops = 4 * B * H * D * band_pairs(T, window)
         print(f"\nB={B} H={H} T={T} D={D} window={window}")
         print(f"{'':30s} {'fwd ms':>9s} {'fwd+bwd ms':>11s} {'fwd TFLOP/s':>12s} {'f+b TFLOP/s':>12s}  (FLOPs of the window band)")
@@ -187,12 +204,12 @@ def main():
         gated, plain = rows["ours"], rows["ours, gate off"]
         print(f"gate overhead: fwd {100 * (gated[0] / plain[0] - 1):+.1f}%, fwd+bwd {100 * (gated[1] / plain[1] - 1):+.1f}%")
     if args.scan:
-        T, H = (int(x) for x in args.scan.split(","))
+        T, H = args.scan
         print(f"\npreprocessing forward, (1, {T}, {H}) fp32")
         for name, (ms, gbs) in scan_rows(T, H).items():
             print(f"{name:52s} {ms * 1e3:9.1f} us {gbs:8.0f} GB/s")
     if args.recurrences:
-        B, T, H, K = (int(x) for x in args.recurrences.split(","))
+        B, T, H, K = args.recurrences
         print(f"\nlinear recurrences, B={B} T={T} H={H} K=V={K} fp32, forward+backward ms")
         for op, row in recurrence_rows(B, T, H, K).items():
             for backend, ms in row.items():

@@ -1,0 +1,16 @@
+"""``python -m zoo.kernels.bench`` refuses a malformed shape before it looks for a GPU: exit 2, naming the option
+and the expected form."""
+import pytest
+
+from zoo.kernels.bench import main
+
+
+@pytest.mark.parametrize("argv, option, form", [(["--recurrences", "128,128,2"], "--recurrences", "B,T,H,K"),
+                                                (["--scan", "64,x"], "--scan", "T,H"),
+                                                (["--shapes", "1,2,3,4,0"], "--shapes", "B,H,T,D,window")])
+def test_a_malformed_shape_exits_2_naming_the_option(argv, option, form, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument {option}" in err and f"expected {form} as positive integers" in err
