@@ -236,8 +236,11 @@ def draw_mad(records: list[dict], stem: Path, sweep_dir: Path) -> list[Path]:
     grid = ax.table(cellText=shown.to_numpy(), rowLabels=list(shown.index),
                     colLabels=[c.replace("_", "\n") for c in shown.columns], loc="center", cellLoc="center")
     grid.scale(1, 1.6)
+    header_lines = max(label.count("\n") + 1 for label in (c.replace("_", "\n") for c in shown.columns))
     for (row, col), cell in grid.get_celld().items():
-        if row > 0 and col == -1:
+        if row == 0:  # a task name wraps onto several lines: the header row grows so none is clipped
+            cell.set_height(cell.get_height() * (1 + 0.6 * (header_lines - 1)))
+        elif col == -1:
             cell.get_text().set_color(mixer_colour(shown.index[row - 1]))
     with pd.option_context("display.width", 200, "display.max_columns", 20, "display.float_format", "{:.3f}".format):
         print(table)
