@@ -1,4 +1,4 @@
-"""Look at a task's data: ``python -m zoo.tasks <name> key=value ... --show K [--format json]``.
+"""Look at a task's data: ``python -m zoo.tasks <name> key=value ... --show [K] [--format json]``.
 
 Example: ``python -m zoo.tasks mqar input_seq_len=32 num_kv_pairs=4 vocab_size=64 --show 2``. The human format
 prints each example in aligned blocks of columns: position, input, label (blank where the label is -100),
@@ -98,7 +98,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m zoo.tasks", description="Show examples of a synthetic task.")
     parser.add_argument("name", help=f"task name, one of {', '.join(list_tasks())}")
     parser.add_argument("params", nargs="*", help="task parameters as key=value")
-    parser.add_argument("--show", type=int, default=3, metavar="K", help="how many examples to print (default 3)")
+    parser.add_argument("--show", type=int, nargs="?", const=3, default=3, metavar="K",
+                        help="how many examples to print (default, and --show alone: 3)")
     parser.add_argument("--format", choices=("human", "json"), default="human")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default="cpu")

@@ -1,4 +1,4 @@
-"""python -m zoo.tasks <name> key=value --show K [--format json]."""
+"""python -m zoo.tasks <name> key=value --show [K] [--format json]."""
 import json
 import re
 import subprocess
@@ -12,6 +12,11 @@ MQAR_ARGS = ["mqar", "input_seq_len=16", "num_kv_pairs=2", "vocab_size=32", "ran
 
 def test_parse_value():
     assert [parse_value(t) for t in ["3", "0.5", "True", "false", "A5"]] == [3, 0.5, True, False, "A5"]
+
+
+def test_show_alone_prints_three_examples(capsys):
+    assert main(MQAR_ARGS + ["--show"]) == 0
+    assert capsys.readouterr().out.count("--- example ") == 3
 
 
 def test_human_format_shows_only_labelled_positions(capsys):
