@@ -59,7 +59,8 @@ def with_settings(record: dict, sweep_dir: Path | None = None) -> dict:
 def runs_frame(records: list[dict]) -> tuple[pd.DataFrame, list[str]]:
     """One row per finished run that produced test metrics; and the varying setting columns."""
     rows = [r for r in records if r.get("status") in FINAL and r.get("accuracy") is not None]
-    settings = [with_settings(r)["settings"] for r in rows]
+    # an empty mapping (mixer_kwargs: {}) sets nothing: as a key of its own it would only split a column in two
+    settings = [{k: v for k, v in with_settings(r)["settings"].items() if v != "{}"} for r in rows]
     keys = sorted({k for s in settings for k in s} - NOT_SETTINGS)
     varying = [k for k in keys if len({repr(s.get(k)) for s in settings}) > 1]
     frame = pd.DataFrame([{**{c: r.get(c) for c in CELL + ["lr", "seed", "status", "id"] + METRICS},
@@ -91,10 +92,26 @@ def leaderboard(records: list[dict]) -> pd.DataFrame:
     return best[columns].reset_index(drop=True)
 
 
+def _setup(row: pd.Series) -> str:
+    """The model settings a row differs in, short: ``init=mixer variant=paper decay=False``; ``-`` if none."""
+    named = [f"{k.removeprefix('model.').removeprefix('mixer_kwargs.')}={v}" for k, v in row.items() if v != "-"]
+    return " ".join(named) or "-"
+
+
 def pivot(board: pd.DataFrame) -> pd.DataFrame:
-    """Mixers x cells mean accuracy, with a mean column; best mixer first."""
+    """Mixers x cells mean accuracy, with a mean column; best mixer first.
+
+    Model settings a sweep varied (``model.mixer_kwargs.*``, ``model.init``, ``model.positions``, ...) describe
+    a variant of the mixer, not a cell: they join the row label as one ``setup`` text, so an ablation reads
+    as one row per variant instead of one sparse column each."""
     extra = [c for c in board.columns[: list(board.columns).index("accuracy")] if c not in ("task", "mixer")]
-    table = board.pivot_table(index=["task", "mixer"], columns=extra, values="accuracy")
+    model_keys = [c for c in extra if c.startswith("model.")]
+    index = ["task", "mixer"]
+    if model_keys:
+        board = board.assign(setup=board[model_keys].apply(_setup, axis=1))
+        index.append("setup")
+        extra = [c for c in extra if c not in model_keys]
+    table = board.pivot_table(index=index, columns=extra, values="accuracy")
     table[("mean",) + ("",) * (len(extra) - 1)] = table.mean(axis=1)  # extra holds seq_len and d_model at least
     return table.sort_values(table.columns[-1], ascending=False)
 

@@ -94,3 +94,19 @@ def test_recall_grid_is_readable():
     colours = {bars.get_label(): bars.lines[0].get_color() for bars in ax.containers}
     assert colours == {"softmax": mixer_colour("softmax"), "swa": mixer_colour("swa")}
     assert all(len(bars.lines[2]) == 1 for bars in ax.containers)  # error bars over seeds
+
+
+def test_model_variants_are_rows_and_empty_mappings_no_column():
+    def variant(id, acc, mixer="gatedfwa", **kwargs):
+        r = run(id, mixer=mixer, acc=acc)
+        r["settings"] = {**r["settings"], "model.mixer_kwargs": "{}"} if not kwargs else {
+            **r["settings"], **{f"model.mixer_kwargs.{k}": v for k, v in kwargs.items()}}
+        return r
+
+    board = leaderboard([variant("a", 0.9, variant="paper"), variant("b", 0.6, variant="paper", decay=False),
+                         variant("c", 0.8, mixer="swa")])
+    assert "model.mixer_kwargs" not in board.columns  # swa's {} is no setting of its own
+    table = pivot(board)
+    assert table.index.names == ["task", "mixer", "setup"] and list(table.columns.names) == ["seq_len", "d_model"]
+    assert list(table.index.get_level_values("setup")) == ["variant=paper", "-", "decay=False variant=paper"]
+    assert table.loc[("mqar", "gatedfwa", "decay=False variant=paper"), ("mean", "")] == 0.6
