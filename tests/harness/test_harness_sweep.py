@@ -90,6 +90,31 @@ def test_a_group_out_of_gpu_memory_beside_others_is_queued_again(write_sweep, tm
     assert by_mixer["test_oom_once"]["error"].startswith("CUDA out of memory")
 
 
+def test_workers_get_expandable_segments_unless_the_user_chose_an_allocator(monkeypatch, tmp_path):
+    """Workers sharing a GPU run with PyTorch's expandable segments (less fragmentation as their caches come and
+    go); a PYTORCH_CUDA_ALLOC_CONF the user set is passed on untouched."""
+    from zoo.backends import local
+
+    class Spawned(Exception):
+        pass
+
+    envs = []
+
+    def popen(args, env, **kwargs):
+        envs.append(env)
+        raise Spawned
+
+    monkeypatch.setattr(local.subprocess, "Popen", popen)
+    monkeypatch.delenv("PYTORCH_CUDA_ALLOC_CONF", raising=False)
+    with pytest.raises(Spawned):
+        local.Worker("0", 1, tmp_path / "a.log")
+    monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "max_split_size_mb:64")
+    with pytest.raises(Spawned):
+        local.Worker("0", 1, tmp_path / "b.log")
+    assert [env["PYTORCH_CUDA_ALLOC_CONF"] for env in envs] == ["expandable_segments:True", "max_split_size_mb:64"]
+    assert envs[0]["CUDA_VISIBLE_DEVICES"] == "0"
+
+
 def test_failed_runs_are_retried_and_finished_ones_kept(write_sweep, tmp_path, faulty_mixers, tiny_base):
     base = tiny_base()
     base["imports"] = [faulty_mixers]
