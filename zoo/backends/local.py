@@ -33,7 +33,8 @@ OOM_RETRIES = 2  # times a group that ran out of GPU memory beside other workers
 # Workers that share a GPU free and re-grow their caches group after group; with fixed-size segments the
 # out-of-memory errors of an H100 sweep with 9 workers reported 13.8 GiB "reserved but unallocated" in the
 # failing process. Expandable segments let the caching allocator grow and return memory without that
-# fragmentation; a later call with them (3 workers, CUDA graphs on) trained 32 of 32 ablation runs. A user's own
+# fragmentation; a later call with them (3 workers, CUDA graphs on) trained 32 of 32 ablation runs (so they work
+# with graphs; fewer workers too, so not a measure of the gain). A user's own
 # PYTORCH_CUDA_ALLOC_CONF is kept as it is.
 ALLOC_CONF = "expandable_segments:True"
 
