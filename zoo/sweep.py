@@ -1,6 +1,7 @@
 """Expand a sweep YAML into runs, train the ones not finished yet, and print a leaderboard.
 
-    python -m zoo.sweep sweeps/mqar.yaml [key=value ...] [--dry-run | --count] [--list] [--backend ray]
+    python -m zoo.sweep sweeps/mqar.yaml [key=value ...] [--only key=value ...] [--dry-run | --count] [--list]
+                        [--backend ray]
 
 A sweep file::
 
@@ -21,6 +22,11 @@ Overrides (``key=value``): a grid axis key pins that axis; ``mixer_kwargs.<mixer
 mixer's kwarg; any other run-config key is set in ``base`` and wins over a tied axis that sets it
 too. Two axes may not set the same key. The runs are expanded lazily, so ``--dry-run`` and
 ``--count`` of a huge grid start at once and use flat memory.
+
+Selections (``--only key=value``, repeatable) train part of a sweep without changing it: only the runs
+whose config has that value for that key (``--only task.params.input_seq_len=128 --only model.mixer=swa``),
+with the same run ids and folders as in the whole sweep, so a slice can be run first and the rest later.
+Overrides change runs (new ids); selections only choose among them.
 
 Exit codes: 0 all runs finished, 1 some run failed, 2 a configuration error (nothing ran),
 3 the output folder is busy or could not be written, 130 interrupted.
@@ -240,7 +246,50 @@ def _check_disjoint(axes: list[Axis]) -> None:
             owner[key] = axis.name
 
 
-def load_sweep(path: str | Path, overrides: list[str] = (), out: str | None = None, lazy: bool = False) -> Sweep:
+def _select(axes: list[Axis], base: dict, item: str) -> list[Axis]:
+    """``axes`` narrowed to the runs whose resolved config has ``key == value`` (``item`` is ``key=value``)."""
+    try:
+        key, value = _parse_override(item)
+    except ConfigError as err:
+        raise ConfigError("--only", item, err.allowed) from None
+    if not is_config_key(key):
+        raise ConfigError("--only", item, "key=value with a run-config key, e.g. model.mixer=swa")
+    probe = _copy(base)
+    _set(probe, key, value)
+    try:
+        value = _get(resolve(probe), key)  # the type and form every run's config has (1e-3 -> 0.001)
+    except ConfigError as err:
+        raise ConfigError("--only", item, err.allowed) from None
+
+    def value_with(setting: dict):
+        config = _copy(base)
+        for k, v in setting.items():
+            _set(config, k, _copy(v))
+        try:
+            return _get(config, key)
+        except (KeyError, TypeError):
+            return None
+
+    def touches(axis: Axis) -> bool:
+        return any(k == key or key.startswith(k + ".") or k.startswith(key + ".") for s in axis.settings for k in s)
+
+    seen = [value_with({})]
+    narrowed = []
+    for axis in axes:
+        if touches(axis):
+            values = [value_with(setting) for setting in axis.settings]
+            seen = values
+            keep = [i for i, v in enumerate(values) if v == value]
+            axis = Axis(axis.name, [axis.settings[i] for i in keep], [axis.labels[i] for i in keep])
+        narrowed.append(axis)
+    if (not any(touches(axis) for axis in axes) and seen[0] != value) or any(not a.settings for a in narrowed):
+        shown = sorted({repr(v) for v in seen})
+        raise ConfigError("--only", item, f"a value some run of the sweep has for {key}: {', '.join(shown)}")
+    return narrowed
+
+
+def load_sweep(path: str | Path, overrides: list[str] = (), out: str | None = None, lazy: bool = False,
+               only: list[str] = ()) -> Sweep:
     """Read and check a sweep file; raises ConfigError before anything runs.
 
     Unless ``lazy``, every run is expanded and checked here; with ``lazy``, the file, the base and
@@ -271,6 +320,8 @@ def load_sweep(path: str | Path, overrides: list[str] = (), out: str | None = No
         check_mixer_kwargs(mixer, kwargs, f"mixer_kwargs.{mixer}")
     axes = [_axis(axis, values, base, pinned) for axis, values in spec["grid"].items()]
     _check_disjoint(axes)
+    for item in only:
+        axes = _select(axes, base, item)
     sweep = Sweep(name, Path(out or spec["out"] or f"outputs/{name}"), spec["runs_per_gpu"], base, axes,
                   spec["mixer_kwargs"])
     if not lazy:
@@ -305,6 +356,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("sweep", nargs="?", help="sweep YAML, e.g. sweeps/mqar.yaml")
     parser.add_argument("overrides", nargs="*", help="omegaconf dotlist on the base config, e.g. train.max_epochs=4")
     parser.add_argument("--out", help="output folder (default: the sweep's `out`, else outputs/<name>)")
+    parser.add_argument("--only", action="append", default=[], metavar="KEY=VALUE",
+                        help="train only the runs with this value (repeatable); same run ids as the whole sweep")
     parser.add_argument("--dry-run", action="store_true", help="list the runs (done, retry or todo) and exit")
     parser.add_argument("--count", action="store_true", help="print the number of runs and exit")
     parser.add_argument("--list", action="store_true", help="list registered mixers and tasks and exit")
@@ -324,7 +377,7 @@ def main(argv: list[str] | None = None) -> int:
         for flag, value in (("--runs-per-gpu", args.runs_per_gpu), ("--cpu-workers", args.cpu_workers)):
             if value is not None and value < 1:
                 raise ConfigError(flag, value, "an integer >= 1")
-        sweep = load_sweep(args.sweep, args.overrides, args.out, lazy=args.dry_run or args.count)
+        sweep = load_sweep(args.sweep, args.overrides, args.out, lazy=args.dry_run or args.count, only=args.only)
         if args.count:
             print(sweep.count)
             return 0

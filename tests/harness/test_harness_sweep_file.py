@@ -118,3 +118,28 @@ def test_dry_run_agrees_with_the_sweep(write_sweep, tmp_path, capsys):
 def test_run_ids_hash_the_resolved_config(write_sweep):
     run = load_sweep(write_sweep(grid={"model.mixer": ["softmax"]})).runs[0]
     assert run.id == run_id(run.cfg) == run_id(OmegaConf.to_container(run.cfg))
+
+
+def test_only_selects_runs_without_changing_them(write_sweep):
+    grid = {"shape": SHAPES, "model.mixer": ["softmax", "swa"], "train.lr": [1e-3, 1e-2]}
+    path = write_sweep(grid=grid, mixer_kwargs={"swa": {"window": 8}})
+    whole = {r.id: r.cfg for r in load_sweep(path).runs}
+    part = load_sweep(path, only=["task.params.input_seq_len=32", "model.mixer=swa"])
+    assert part.count == 2 and len(part.runs) == 2
+    for run in part.runs:  # the same runs, ids and all: a slice now, the rest later
+        assert run.id in whole and run.cfg.task.params.num_kv_pairs == 4 and run.cfg.model.mixer == "swa"
+    assert {r.cfg.train.lr for r in load_sweep(path, only=["train.lr=1e-2"]).runs} == {0.01}  # 1e-2 read as 0.01
+    assert len(load_sweep(path, only=["model.n_layers=1"]).runs) == 8  # a base key every run has: all of them
+
+
+@pytest.mark.parametrize("item, allowed", [
+    ("task.params.input_seq_len=100", "task.params.input_seq_len: 16, 32"),
+    ("model.n_layers=3", "model.n_layers: 1"),
+    ("lr=1", "a run-config key"),
+    ("model.mixer", "key=value"),
+])
+def test_only_that_selects_nothing_is_a_config_error(write_sweep, item, allowed, capsys):
+    path = write_sweep(grid={"shape": SHAPES, "model.mixer": ["softmax"]})
+    assert sweep_main([str(path), "--only", item, "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "--only" in err and allowed in err
