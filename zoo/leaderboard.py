@@ -92,8 +92,9 @@ def leaderboard(records: list[dict]) -> pd.DataFrame:
     return best[columns].reset_index(drop=True)
 
 
-def _setup(row: pd.Series) -> str:
-    """The model settings a row differs in, short: ``init=mixer variant=paper decay=False``; ``-`` if none."""
+def _setup(row) -> str:
+    """The settings a row differs in, short (``model.`` and ``mixer_kwargs.`` dropped, unset ones left out):
+    ``init=mixer variant=paper decay=False``; ``-`` if none. ``row``: a Series or a dict, key -> value."""
     named = [f"{k.removeprefix('model.').removeprefix('mixer_kwargs.')}={v}" for k, v in row.items() if v != "-"]
     return " ".join(named) or "-"
 
@@ -143,8 +144,9 @@ def recall_grid(board: pd.DataFrame):
 
     extra = [c for c in board.columns[: list(board.columns).index("accuracy")] if c not in CELL]
     task_keys = ["seq_len"] + [c for c in extra if "." not in c]  # task parameters have no dot
-    line_keys = [c for c in extra if "." in c]
     panels = list(board.groupby(["task"] + task_keys, sort=True))
+    # a setting with one value in every panel (the training segments, which follow N) tells no line apart
+    line_keys = [c for c in extra if "." in c and any(cell[c].astype(str).nunique() > 1 for _, cell in panels)]
     ncols = min(len(panels), 4)
     nrows = -(-len(panels) // ncols)
     fig, axes = plt.subplots(nrows, ncols, figsize=(4 * ncols + 0.5, 3.2 * nrows + 0.9), squeeze=False, sharey=True)
@@ -154,7 +156,8 @@ def recall_grid(board: pd.DataFrame):
     for ax, ((task, *values), cell) in zip(axes.flat, panels):
         for (mixer, *variant), group in cell.groupby(["mixer"] + line_keys, sort=True):
             group = group.sort_values("d_model")
-            label = mixer + "".join(f", {k}={v}" for k, v in zip(line_keys, variant))
+            setup = _setup(dict(zip(line_keys, variant)))
+            label = mixer if setup == "-" else f"{mixer}, {setup}"
             ax.errorbar(group["d_model"], group["accuracy"], yerr=group["accuracy_std"].fillna(0.0), marker="o",
                         capsize=3, label=label, color=mixer_colour(mixer),
                         linestyle=styles[line_variants.index(tuple(variant)) % len(styles)])
@@ -176,10 +179,14 @@ def recall_grid(board: pd.DataFrame):
             if lab not in labels:
                 handles.append(h)
                 labels.append(lab)
-    ncol = min(len(labels), 3 * ncols)
-    rows = -(-len(labels) // ncol)
+    # as many legend columns as the labels' length lets fit across the figure, and the figure grows by the
+    # legend's rows, so an ablation's long labels neither run off the page nor squash the panels
+    width, height = fig.get_size_inches()
+    ncol = max(1, min(len(labels), 3 * ncols, int(width * 11) // (max(map(len, labels)) + 6)))
+    legend_height = 0.22 * -(-len(labels) // ncol) + 0.15
+    fig.set_size_inches(width, height + legend_height)
     fig.legend(handles, labels, loc="lower center", ncol=ncol, frameon=False)
-    fig.tight_layout(rect=(0, 0.07 * rows / nrows, 1, 1))
+    fig.tight_layout(rect=(0, legend_height / (height + legend_height), 1, 1))
     return fig
 
 

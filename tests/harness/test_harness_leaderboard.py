@@ -110,3 +110,21 @@ def test_model_variants_are_rows_and_empty_mappings_no_column():
     assert table.index.names == ["task", "mixer", "setup"] and list(table.columns.names) == ["seq_len", "d_model"]
     assert list(table.index.get_level_values("setup")) == ["variant=paper", "-", "decay=False variant=paper"]
     assert table.loc[("mqar", "gatedfwa", "decay=False variant=paper"), ("mean", "")] == 0.6
+
+
+def test_recall_grid_legend_names_only_what_tells_lines_apart():
+    """The training segments follow N (one value per panel): not in the legend; a mixer kwarg that varies within a
+    panel is, short."""
+    from zoo.leaderboard import recall_grid
+
+    records = []
+    for n in (16, 64):
+        for i, negative in enumerate((None, True)):
+            r = run(f"{n}{i}", mixer="deltanet", n=n, acc=0.5 + i / 4)
+            r["settings"] = {**r["settings"], "task.train": f'[{{"input_seq_len": {n}}}]'}
+            if negative:
+                r["settings"]["model.mixer_kwargs.negative_eigenvalues"] = True
+            records.append(r)
+    fig = recall_grid(leaderboard(records))
+    labels = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert sorted(labels) == ["deltanet", "deltanet, negative_eigenvalues=True"]
