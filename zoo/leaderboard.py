@@ -112,6 +112,11 @@ def pivot(board: pd.DataFrame) -> pd.DataFrame:
         board = board.assign(setup=board[model_keys].apply(_setup, axis=1))
         index.append("setup")
         extra = [c for c in extra if c not in model_keys]
+    for key in [c for c in extra if c not in ("seq_len", "d_model")]:
+        # a setting the other keys determine (S5's training segments follow N) would only repeat them as a header
+        others = index + [c for c in extra if c != key]
+        if board.groupby(others, dropna=False)[key].agg(lambda v: v.astype(str).nunique()).max() <= 1:
+            extra.remove(key)
     table = board.pivot_table(index=index, columns=extra, values="accuracy")
     table[("mean",) + ("",) * (len(extra) - 1)] = table.mean(axis=1)  # extra holds seq_len and d_model at least
     return table.sort_values(table.columns[-1], ascending=False)

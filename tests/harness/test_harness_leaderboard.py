@@ -113,8 +113,8 @@ def test_model_variants_are_rows_and_empty_mappings_no_column():
 
 
 def test_recall_grid_legend_names_only_what_tells_lines_apart():
-    """The training segments follow N (one value per panel): not in the legend; a mixer kwarg that varies within a
-    panel is, short."""
+    """The training segments follow N (one value per panel): not in the legend nor a pivot header; a mixer kwarg
+    that varies within a panel is in the legend, short."""
     from zoo.leaderboard import recall_grid
 
     records = []
@@ -125,6 +125,8 @@ def test_recall_grid_legend_names_only_what_tells_lines_apart():
             if negative:
                 r["settings"]["model.mixer_kwargs.negative_eigenvalues"] = True
             records.append(r)
-    fig = recall_grid(leaderboard(records))
+    board = leaderboard(records)
+    fig = recall_grid(board)
     labels = [t.get_text() for t in fig.legends[0].get_texts()]
     assert sorted(labels) == ["deltanet", "deltanet, negative_eigenvalues=True"]
+    assert pivot(board).columns.names == ["seq_len", "d_model"]  # task.train follows N: no header row of its own
