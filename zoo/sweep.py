@@ -26,7 +26,8 @@ too. Two axes may not set the same key. The runs are expanded lazily, so ``--dry
 Selections (``--only key=value``, repeatable) train part of a sweep without changing it: only the runs
 whose config has that value for that key (``--only task.params.input_seq_len=128 --only model.mixer=swa``),
 with the same run ids and folders as in the whole sweep, so a slice can be run first and the rest later.
-Overrides change runs (new ids); selections only choose among them.
+Overrides change runs (new ids); selections only choose among them. A selection reads the base and the grid,
+not the ``mixer_kwargs`` block (select by ``model.mixer`` there).
 
 Exit codes: 0 all runs finished, 1 some run failed, 2 a configuration error (nothing ran),
 3 the output folder is busy or could not be written, 130 interrupted.
