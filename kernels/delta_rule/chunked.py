@@ -25,6 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from zoo.kernels.backend import without_autocast
+from zoo.kernels.delta_rule.naive import l2norm
 
 
 @torch.compiler.disable  # a loop over chunks: torch.compile would unroll it, once per length
@@ -44,7 +45,7 @@ def delta_rule_chunked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta: 
     scale = K ** -0.5 if scale is None else scale
     q, k, v, beta = (t.to(dtype) for t in (q, k, v, beta))
     if l2norm_qk:
-        q, k = F.normalize(q, dim=-1, eps=1e-6), F.normalize(k, dim=-1, eps=1e-6)
+        q, k = l2norm(q), l2norm(k)
     g = torch.zeros_like(beta) if g is None else g.to(dtype)
     C = min(chunk, T)
     N = -(-T // C)

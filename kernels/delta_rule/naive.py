@@ -14,7 +14,12 @@ I - beta k k^T has eigenvalues 1 (orthogonal to k) and 1 - beta (along k): beta 
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
+
+
+def l2norm(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """x / sqrt(sum(x^2) + eps) over the last dim: fla's ``use_qk_l2norm_in_kernel`` form, so the CPU paths and
+    fla's kernels agree also where |x| is small (``F.normalize``'s x / max(|x|, eps) differs there)."""
+    return x * torch.rsqrt(x.square().sum(-1, keepdim=True) + eps)
 
 
 @torch.compiler.disable  # a loop over time: torch.compile would unroll it, once per length
@@ -31,7 +36,7 @@ def delta_rule_recurrent(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     q, k, v, beta = (t.to(dtype) for t in (q, k, v, beta))
     if l2norm_qk:
-        q, k = F.normalize(q, dim=-1, eps=1e-6), F.normalize(k, dim=-1, eps=1e-6)
+        q, k = l2norm(q), l2norm(k)
     B, T, H, K = q.shape
     S = q.new_zeros(B, H, K, v.shape[-1])
     out = []

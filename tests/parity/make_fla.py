@@ -30,6 +30,22 @@ def stub_transformers() -> None:
     sys.modules.setdefault("transformers.activations", activations)
 
 
+def use_reference_norms() -> None:
+    """fla's Triton ``rms_norm`` (``RMSNorm``) and ``rms_norm_gated`` (``FusedRMSNormGated``: norm, weight, then
+    times swish(gate)) replaced by fla's PyTorch references, for the layers that use them."""
+    from fla.modules.norm import fused_norm_gate, layernorm, layernorm_gated
+
+    def rms_norm(x, weight, bias, residual=None, eps=1e-5, prenorm=False, **_):
+        return layernorm.rms_norm_ref(x, weight, bias, residual=residual, eps=eps, prenorm=prenorm, upcast=True)
+
+    def rms_norm_gated(x, g, weight, bias, activation="swish", residual=None, eps=1e-5, prenorm=False, **_):
+        assert activation in ("swish", "silu") and residual is None and not prenorm
+        return layernorm_gated.rms_norm_ref(x, weight, bias, z=g, eps=eps, norm_before_gate=True, upcast=True)
+
+    layernorm.rms_norm = rms_norm
+    fused_norm_gate.rms_norm_gated = rms_norm_gated
+
+
 def import_fla():
     stub_transformers()
     from fla.layers import mamba2, rwkv7

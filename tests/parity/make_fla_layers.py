@@ -7,9 +7,8 @@ layer code around them runs as released:
 
 * ``fused_recurrent_gla`` (what the GLA and HGRN2 layers call at T <= 64) by ``naive_recurrent_gla``;
 * ``chunk_retention`` (what the retention layer calls while gradients are on) by ``naive_retention``;
-* the Triton ``rms_norm`` of ``RMSNorm`` by ``layernorm.rms_norm_ref``, the ``rms_norm_gated`` of
-  ``FusedRMSNormGated`` by ``layernorm_gated.rms_norm_ref`` with the gate (norm first, then times swish), and
-  HGRN2's fused ``rms_norm_linear`` by ``layernorm.rms_norm_ref`` followed by ``F.linear``;
+* the Triton norms of ``RMSNorm`` and ``FusedRMSNormGated`` by fla's references (``make_fla.use_reference_norms``),
+  and HGRN2's fused ``rms_norm_linear`` by ``layernorm.rms_norm_ref`` followed by ``F.linear``;
 * the Triton ``rotary_embedding`` of ``RotaryEmbedding`` by ``rotary_embedding_ref`` on the positions in use;
 * HGRN2's Triton ``swish`` by ``F.silu`` (the same function).
 
@@ -22,7 +21,7 @@ import torch.nn.functional as F
 
 from capture import capture, perturb
 from fixtures import save_fixture
-from make_fla import stub_transformers
+from make_fla import stub_transformers, use_reference_norms
 
 B, L, D = 2, 16, 16
 
@@ -30,7 +29,7 @@ B, L, D = 2, 16, 16
 def import_fla():
     stub_transformers()
     from fla.layers import gla, hgrn2, multiscale_retention
-    from fla.modules.norm import fused_norm_gate, layernorm, layernorm_gated
+    from fla.modules.norm import layernorm
     from fla.modules.rotary import ops as rotary_ops
     from fla.ops.gla.naive import naive_recurrent_gla
     from fla.ops.retention.naive import naive_retention
@@ -44,13 +43,6 @@ def import_fla():
         heads_first = lambda t: t.transpose(1, 2)  # noqa: E731
         return heads_first(naive_retention(*map(heads_first, (q, k, v)))), None
 
-    def rms_norm(x, weight, bias, residual=None, eps=1e-5, prenorm=False, **_):
-        return layernorm.rms_norm_ref(x, weight, bias, residual, eps, prenorm, upcast=True)
-
-    def rms_norm_gated(x, g, weight, bias, activation, eps=1e-5, **_):
-        assert activation in ("swish", "silu")
-        return layernorm_gated.rms_norm_ref(x, weight, bias, z=g, eps=eps, norm_before_gate=True)
-
     def rms_norm_linear(x, norm_weight, norm_bias, linear_weight, linear_bias, eps=1e-5, **_):
         return F.linear(layernorm.rms_norm_ref(x, norm_weight, norm_bias, eps=eps, upcast=True), linear_weight,
                         linear_bias)
@@ -61,8 +53,7 @@ def import_fla():
 
     gla.fused_recurrent_gla = hgrn2.fused_recurrent_gla = fused_recurrent_gla
     multiscale_retention.chunk_retention = chunk_retention
-    layernorm.rms_norm = rms_norm
-    fused_norm_gate.rms_norm_gated = rms_norm_gated
+    use_reference_norms()
     hgrn2.rms_norm_linear = rms_norm_linear
     hgrn2.swish = F.silu
     rotary_ops.rotary_embedding = rotary_embedding
