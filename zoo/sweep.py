@@ -139,6 +139,14 @@ def _set(tree: dict, key: str, value, fresh: set | None = None) -> None:
     tree[last] = value
 
 
+def _with(base: dict, setting: dict) -> dict:
+    """A copy of ``base`` with ``setting`` ({dotted key: value}) set in it; ``base`` stays as it is."""
+    config = _copy(base)
+    for key, value in setting.items():
+        _set(config, key, _copy(value))
+    return config
+
+
 def _get(tree: dict, key: str):
     for name in key.split("."):
         tree = tree[name]
@@ -218,11 +226,8 @@ def _axis(name: str, values: list, base: dict, pinned: set[str]) -> Axis:
         else:
             raise ConfigError(f"grid.{name}", value, "a run-config key such as model.d_model or seed, or a list "
                                                      "of {key: value} dicts for a tied axis")
-        probe = _copy(base)
-        for key, v in setting.items():
-            _set(probe, key, _copy(v))
         try:
-            resolved = resolve(probe)
+            resolved = resolve(_with(base, setting))
         except ConfigError as err:
             raise ConfigError(err.key, err.value, f"{err.allowed} (in grid.{name})") from None
         setting = {key: _get(resolved, key) for key in setting}
@@ -255,19 +260,14 @@ def _select(axes: list[Axis], base: dict, item: str) -> list[Axis]:
         raise ConfigError("--only", item, err.allowed) from None
     if not is_config_key(key):
         raise ConfigError("--only", item, "key=value with a run-config key, e.g. model.mixer=swa")
-    probe = _copy(base)
-    _set(probe, key, value)
     try:
-        value = _get(resolve(probe), key)  # the type and form every run's config has (1e-3 -> 0.001)
+        value = _get(resolve(_with(base, {key: value})), key)  # the type and form every run's config has (1e-3 -> 0.001)
     except ConfigError as err:
         raise ConfigError("--only", item, err.allowed) from None
 
     def value_with(setting: dict):
-        config = _copy(base)
-        for k, v in setting.items():
-            _set(config, k, _copy(v))
         try:
-            return _get(config, key)
+            return _get(_with(base, setting), key)
         except (KeyError, TypeError):
             return None
 
