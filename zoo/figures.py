@@ -233,10 +233,11 @@ def draw_mad(records: list[dict], stem: Path, sweep_dir: Path) -> list[Path]:
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(1.3 * (len(shown.columns) + 1), 0.4 * (len(shown) + 1) + 0.4))
     ax.axis("off")
-    grid = ax.table(cellText=shown.to_numpy(), rowLabels=list(shown.index),
-                    colLabels=[c.replace("_", "\n") for c in shown.columns], loc="center", cellLoc="center")
+    headers = [c.replace("_", "\n") for c in shown.columns]
+    grid = ax.table(cellText=shown.to_numpy(), rowLabels=list(shown.index), colLabels=headers, loc="center",
+                    cellLoc="center")
     grid.scale(1, 1.6)
-    header_lines = max(label.count("\n") + 1 for label in (c.replace("_", "\n") for c in shown.columns))
+    header_lines = max(label.count("\n") + 1 for label in headers)
     for (row, col), cell in grid.get_celld().items():
         if row == 0:  # a task name wraps onto several lines: the header row grows so none is clipped
             cell.set_height(cell.get_height() * (1 + 0.6 * (header_lines - 1)))
