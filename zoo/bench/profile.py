@@ -31,7 +31,7 @@ def busy_seconds(intervals: list[tuple[float, float]]) -> float:
     return total / 1e6
 
 
-def profile_run(mixer: str, graphs: bool, epochs: int = 1) -> dict:
+def profile_run(mixer: str, graphs: bool, epochs: int = 1, top: int = 8) -> dict:
     from torch.profiler import ProfilerActivity, profile
 
     from zoo.run import train
@@ -51,17 +51,21 @@ def profile_run(mixer: str, graphs: bool, epochs: int = 1) -> dict:
     for e in kernels:
         by_name[e.name] = by_name.get(e.name, 0.0) + e.time_range.elapsed_us() / 1e6
     steps = -(-cfg.task.train[0].num_examples // cfg.train.batch_size) * epochs
-    top = sorted(by_name.items(), key=lambda kv: -kv[1])[:8]
+    calls: dict[str, int] = {}
+    for e in kernels:
+        calls[e.name] = calls.get(e.name, 0) + 1
+    ranked = sorted(by_name.items(), key=lambda kv: -kv[1])[:top]
     return {"mixer": mixer, "graphs": graphs, "status": record["status"], "wall_s": wall,
             "epoch_s": record["history"][-1]["train_seconds"] if record["history"] else float("nan"),
             "gpu_busy_s": busy, "busy_fraction": busy / wall, "kernels_per_step": len(kernels) / steps,
-            "top": [(name[:60], round(s, 4)) for name, s in top]}
+            "top": [(name[:90], round(s, 4), calls[name] / steps) for name, s in ranked]}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m zoo.bench.profile", description=__doc__.splitlines()[0])
     parser.add_argument("--mixers", nargs="+", default=["softmax"])
     parser.add_argument("--graphs", choices=("on", "off", "both"), default="both")
+    parser.add_argument("--top", type=int, default=8, help="how many kernels to list, by total time")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("error: --device cuda is required: the profile reads GPU kernel times")
@@ -71,12 +75,12 @@ def main(argv: list[str] | None = None) -> int:
     modes = {"on": [True], "off": [False], "both": [False, True]}[args.graphs]
     for mixer in args.mixers:
         for graphs in modes:
-            r = profile_run(mixer, graphs)
+            r = profile_run(mixer, graphs, top=args.top)
             print(f"{mixer:<9} graphs={'on ' if graphs else 'off'} wall {r['wall_s']:.3f} s (epoch {r['epoch_s']:.3f} s)"
                   f"  GPU busy {r['gpu_busy_s']:.3f} s = {100 * r['busy_fraction']:.0f}%"
                   f"  kernels/step {r['kernels_per_step']:.0f}  [{r['status']}]", flush=True)
-            for name, s in r["top"]:
-                print(f"    {s:8.4f} s  {name}")
+            for name, s, per_step in r["top"]:
+                print(f"    {s:8.4f} s  {per_step:5.1f}/step  {name}")
     return 0
 
 
