@@ -1,42 +1,98 @@
-"""LayerNorm with a faster weight/bias gradient for the tall, narrow inputs of small models.
+"""LayerNorm and RMSNorm over the last dim (RMSNorm optionally times a swish gate), with Triton kernels for the
+tall, narrow inputs of small models.
 
-For x of shape [..., D] with many rows and a small D (e.g. 65536 x 128 in the MQAR grid), PyTorch's
-fused LayerNorm backward spends most of its time in the kernel that reduces the weight and bias
-gradients over rows (measured on an H100: about 0.26 ms per call, more than the attention backward).
-Here the input gradient still comes from PyTorch's kernel, and the weight and bias gradients are two
-plain column sums, which PyTorch's reduction kernels do at memory speed. Values are those of
-``F.layer_norm`` (the same forward kernel); gradients agree to rounding.
+Why: on the rows of MQAR's residual stream (65536 x 128, float32) PyTorch's LayerNorm forward ran at a quarter
+of memory speed on an H100 (~100 us), its input gradient took ~60 us and the weight and bias gradients as
+many again; and ``nn.RMSNorm`` with a bf16 input (autocast) and float32 weights leaves PyTorch's fused path
+for a dozen small elementwise kernels per call (GatedFWA's QK and output norms, on strided q, k). The fast
+path (``fused.py``) is one Triton kernel forward and one backward (plus a column sum of per-program weight
+and bias partials), reads strided views in place and fuses the gate: ``y = norm(x) * weight * silu(gate)``.
 
-``layer_norm(x, weight, bias, eps, backend="auto")``: ``"split"`` uses the split backward (``split.py``),
-``"naive"`` ``F.layer_norm`` (``naive.py``), ``"auto"`` the split backward on CUDA tensors.
-``zoo.kernels.backend.last_backend("layer_norm")`` says which ran.
+``layer_norm(x, weight, bias, eps, backend)`` and ``rms_norm(x, weight, eps, gate, out_dtype, backend)``;
+``backend``: ``"triton"``, ``"naive"`` (``naive.py``: ``F.layer_norm``, ``F.rms_norm``) or ``"auto"`` (Triton
+for float32/bf16/fp16 CUDA tensors with N <= ``MAX_N``, else the reference). Both compute in float32 (float64
+stays float64 in the reference). ``zoo.kernels.backend.last_backend("layer_norm")`` / ``("rms_norm")`` say
+which ran.
+
+Output dtypes are PyTorch's (2.13): ``layer_norm`` gives float32 under autocast (F.layer_norm autocasts to
+float32) and x's dtype otherwise. ``rms_norm`` does not autocast (neither does ``F.rms_norm``) and gives x's
+dtype, whatever the weight's (``F.rms_norm`` of a bf16 x with a float32 weight computes in float32 and
+rounds once to bf16, as here), or with a gate the promoted dtype of x and gate, as ``nn.RMSNorm(x) *
+F.silu(gate)``; ``out_dtype`` overrides it.
 """
 from __future__ import annotations
 
 import torch
 
 from zoo.kernels.backend import NAIVE, check_backend, named_or_gpu, record
-from zoo.kernels.layer_norm.naive import layer_norm_naive
-from zoo.kernels.layer_norm.split import SplitBackwardLayerNorm
+from zoo.kernels.layer_norm.naive import layer_norm_naive, rms_norm_naive
 
-BACKENDS = ("auto", "split", NAIVE)
+BACKENDS = ("auto", "triton", NAIVE)
+MAX_N = 4096  # wider rows no longer fit a tile in registers, and PyTorch's kernels handle them well
+TRITON_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
-def layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float = 1e-5,
-               backend: str = "auto") -> torch.Tensor:
-    """LayerNorm over the last dim of x [..., D] with weight, bias [D]."""
+def _use_triton(op: str, backend: str, x: torch.Tensor) -> bool:
     check_backend(backend, BACKENDS)
-    if not named_or_gpu(backend, "split", x):
-        record("layer_norm", NAIVE)
+    fits = x.shape[-1] <= MAX_N and x.dtype in TRITON_DTYPES
+    if backend == "triton" and not fits:
+        raise ValueError(f"x of shape {tuple(x.shape)} and dtype {x.dtype} is not valid for backend='triton': "
+                         f"expected at most {MAX_N} channels and one of {', '.join(map(str, TRITON_DTYPES))}")
+    triton = fits and named_or_gpu(backend, "triton", x)
+    record(op, "triton" if triton else NAIVE)
+    return triton
+
+
+def layer_norm(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, eps: float = 1e-5,
+               backend: str = "auto") -> torch.Tensor:
+    """LayerNorm over the last dim of x [..., N] (last dim contiguous for a copy-free read) with weight, bias [N]
+    (each may be None) -> y [..., N], float32 under autocast, else x's dtype."""
+    if not _use_triton("layer_norm", backend, x):
         return layer_norm_naive(x, weight, bias, eps)
-    record("layer_norm", "split")
-    if torch.is_autocast_enabled(x.device.type):  # LayerNorm runs in float32 under autocast, as F.layer_norm does
-        x, weight, bias = x.float(), weight.float(), bias.float()
-    return SplitBackwardLayerNorm.apply(x, weight, bias, eps)
+    from zoo.kernels.layer_norm.fused import norm_triton
+    out_dtype = torch.float32 if torch.is_autocast_enabled(x.device.type) else x.dtype
+    return norm_triton(x, weight, bias, None, eps, False, out_dtype)
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor | None = None, eps: float | None = None,
+             gate: torch.Tensor | None = None, out_dtype: torch.dtype | None = None,
+             backend: str = "auto") -> torch.Tensor:
+    """RMSNorm over the last dim of x [..., N] times weight [N] (None: 1), times silu(gate) for a gate [..., N]
+    (None: no gate) -> y [..., N] in ``out_dtype``, by default x's dtype promoted with the gate's.
+
+    ``eps`` None is ``F.rms_norm``'s default, the machine epsilon of the float32 (float64) math.
+    """
+    if gate is not None and gate.shape != x.shape:
+        raise ValueError(f"gate.shape={tuple(gate.shape)} is not valid: expected the shape of x, {tuple(x.shape)}")
+    acc = torch.promote_types(x.dtype, torch.float32)
+    eps = torch.finfo(acc).eps if eps is None else eps
+    if out_dtype is None:
+        out_dtype = x.dtype if gate is None else torch.promote_types(x.dtype, gate.dtype)
+    if not _use_triton("rms_norm", backend, x):
+        return rms_norm_naive(x, weight, eps, gate, out_dtype)
+    from zoo.kernels.layer_norm.fused import norm_triton
+    return norm_triton(x, weight, None, gate, eps, True, out_dtype)
 
 
 class LayerNorm(torch.nn.LayerNorm):
-    """``nn.LayerNorm`` (same parameters and state dict) that uses :func:`layer_norm`."""
+    """``nn.LayerNorm`` over the last dim (same parameters and state dict) that uses :func:`layer_norm`."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return layer_norm(x, self.weight, self.bias, self.eps)
+
+
+class RMSNorm(torch.nn.RMSNorm):
+    """``nn.RMSNorm`` over the last dim (same parameters and state dict) that uses :func:`rms_norm`, optionally
+    times silu(gate): ``forward(x, gate=None, out_dtype=None)``."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if len(self.normalized_shape) != 1:
+            raise ValueError(f"normalized_shape={self.normalized_shape} is not valid: expected one dim (the last)")
+
+    def forward(self, x: torch.Tensor, gate: torch.Tensor | None = None,
+                out_dtype: torch.dtype | None = None) -> torch.Tensor:
+        return rms_norm(x, self.weight, self.eps, gate, out_dtype)
+
+
+__all__ = ["layer_norm", "rms_norm", "LayerNorm", "RMSNorm", "BACKENDS"]

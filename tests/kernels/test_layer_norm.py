@@ -1,45 +1,265 @@
-"""The split-backward LayerNorm against F.layer_norm: values and all three gradients."""
+"""The norms of ``zoo.kernels.layer_norm``: the reference against PyTorch in float64, the Triton kernels
+(interpreted on CPU) against the reference, values and every gradient, on strided views and odd widths; on a
+GPU, the autocast dtypes, the recorded backend, determinism, CUDA graphs and torch.compile."""
 import pytest
 import torch
 import torch.nn.functional as F
 
-from zoo.kernels.layer_norm import LayerNorm, layer_norm
+from zoo.kernels import backend
+from zoo.kernels.layer_norm import MAX_N, LayerNorm, RMSNorm, layer_norm, rms_norm
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 
-@pytest.mark.parametrize("shape", [(3, 7, 16), (200, 24)])
-def test_split_backward_matches_layer_norm(shape):
+def head_view(B, L, H, d, part=0, parts=3, dtype=torch.float32, device="cpu"):
+    """[B, L, H, d] slice ``part`` of a fused projection [B, L, parts, H, d]: strides (parts L H d, parts H d, d, 1),
+    like q, k, v of a qkv projection."""
+    return torch.randn(B, L, parts, H, d, dtype=dtype, device=device)[:, :, part]
+
+
+def make(layout, N):
+    """x of one of the layouts the kernels read in place: a q-like head view, a 2-d or a 3-d tensor."""
+    if layout == "heads":
+        return head_view(2, 9, 3, N)
+    if layout == "2d":
+        return torch.randn(200, N)  # 200 rows: several tiles per backward program
+    return torch.randn(3, 5, N)
+
+
+# op -> entry(x, weight, bias or gate, backend)
+ENTRIES = {"layer_norm": lambda x, w, b, backend: layer_norm(x, w, b, 1e-5, backend=backend),
+           "rms_norm": lambda x, w, z, backend: rms_norm(x, w, 1e-6, z, backend=backend)}
+
+
+def assert_matches_reference(op, tensors, atol=1e-5):
+    """ENTRIES[op](*tensors) on Triton and on the reference: values, and the gradients of every tensor that is
+    not None, for the same random output gradient."""
+    results = []
+    for name in ("naive", "triton"):
+        leaves = [None if t is None else t.detach().clone().requires_grad_() for t in tensors]
+        y = ENTRIES[op](*leaves, backend=name)
+        assert backend.last_backend(op) == name
+        torch.manual_seed(1)
+        grads = torch.autograd.grad(y, [t for t in leaves if t is not None], torch.randn_like(y))
+        results.append((y, grads))
+    (y_ref, g_ref), (y, g) = results
+    assert y.dtype == y_ref.dtype and y.is_contiguous()
+    torch.testing.assert_close(y, y_ref, rtol=1e-5, atol=atol)
+    for a, r in zip(g, g_ref):
+        assert a.dtype == r.dtype
+        torch.testing.assert_close(a, r, rtol=1e-5, atol=atol)
+
+
+def assert_close_overall(a, r, tol):
+    """Relative error of the whole tensor (elementwise tolerances fail on sums that are near zero)."""
+    assert a.dtype == r.dtype
+    err = ((a.float() - r.float()).norm() / r.float().norm()).item()
+    assert err < tol, err
+
+
+def test_reference_matches_pytorch_in_float64():
     torch.manual_seed(0)
-    x = (torch.randn(shape, dtype=torch.float64) * 3 + 1).requires_grad_()
-    w = torch.randn(shape[-1], dtype=torch.float64, requires_grad=True)
-    b = torch.randn(shape[-1], dtype=torch.float64, requires_grad=True)
-    grad = torch.randn(shape, dtype=torch.float64)
-    ours = layer_norm(x, w, b, 1e-5, backend="split")
-    ref = F.layer_norm(x, (shape[-1],), w, b, 1e-5)
-    torch.testing.assert_close(ours, ref)
-    for a, r in zip(torch.autograd.grad(ours, (x, w, b), grad), torch.autograd.grad(ref, (x, w, b), grad)):
-        torch.testing.assert_close(a, r)
+    x, z = (torch.randn(4, 7, 24, dtype=torch.float64) * 3 + 1 for _ in range(2))
+    lnorm, rnorm = torch.nn.LayerNorm(24, dtype=torch.float64), torch.nn.RMSNorm(24, dtype=torch.float64)
+    for p in (*lnorm.parameters(), *rnorm.parameters()):
+        torch.nn.init.normal_(p)
+    ours_ln, ours_rms = LayerNorm(24, dtype=torch.float64), RMSNorm(24, dtype=torch.float64)
+    ours_ln.load_state_dict(lnorm.state_dict())
+    ours_rms.load_state_dict(rnorm.state_dict())
+    torch.testing.assert_close(ours_ln(x), lnorm(x), rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(ours_rms(x), rnorm(x), rtol=1e-12, atol=1e-12)  # eps None: F.rms_norm's default
+    torch.testing.assert_close(ours_rms(x, z), rnorm(x) * F.silu(z), rtol=1e-12, atol=1e-12)
+    assert backend.last_backend("layer_norm") == backend.last_backend("rms_norm") == "naive"
 
 
-def test_module_is_a_layer_norm_and_rejects_bad_backend():
+@pytest.mark.parametrize("layout, N, affine", [("heads", 24, "weight+bias"), ("heads", 40, "weight"),
+                                               ("2d", 128, "weight+bias"), ("3d", 128, "none")])
+def test_triton_layer_norm_matches_reference(layout, N, affine):
+    torch.manual_seed(N)
+    x = make(layout, N) * 3 + 1
+    weight = torch.randn(N) if "weight" in affine else None
+    bias = torch.randn(N) if "bias" in affine else None
+    assert_matches_reference("layer_norm", [x, weight, bias])
+
+
+@pytest.mark.parametrize("layout, N, weight, gate", [("heads", 16, True, True), ("heads", 24, True, False),
+                                                     ("heads", 40, False, True), ("2d", 128, True, True),
+                                                     ("3d", 128, False, False)])
+def test_triton_rms_norm_matches_reference(layout, N, weight, gate):
+    torch.manual_seed(N)
+    x = make(layout, N) * 3
+    z = None
+    if gate:  # a strided gate for head views too: another slice of a fused projection
+        z = head_view(*x.shape, part=1, parts=2) * 2 if layout == "heads" else torch.randn_like(x) * 2
+    assert_matches_reference("rms_norm", [x, torch.randn(N) if weight else None, z])
+
+
+def test_triton_copies_a_strided_last_dim_and_takes_any_output_gradient():
+    """x with a strided last dim (copied); the gradient of y.sum(), which arrives expanded (all strides 0); a gate
+    that needs no gradient."""
+    torch.manual_seed(0)
+    x = torch.randn(24, 30).t().requires_grad_()
+    w = torch.randn(24, requires_grad=True)
+    z = torch.randn(30, 24)
+    for op, arg in (("layer_norm", w), ("rms_norm", z)):
+        got = torch.autograd.grad(ENTRIES[op](x, w, arg, backend="triton").sum(), (x, w))
+        want = torch.autograd.grad(ENTRIES[op](x, w, arg, backend="naive").sum(), (x, w))
+        for a, r in zip(got, want):
+            torch.testing.assert_close(a, r, rtol=1e-5, atol=1e-5)
+
+
+def test_rms_norm_dtypes_follow_nn_rms_norm():
+    """x's dtype whatever the weight's, promoted with the gate's, as nn.RMSNorm(x) * silu(gate) gives, on both
+    backends; ``out_dtype`` overrides it."""
+    x = head_view(2, 3, 2, 16, dtype=torch.bfloat16)
+    z = torch.randn(2, 3, 2, 16)
+    norm = torch.nn.RMSNorm(16)
+    for name in ("naive", "triton"):
+        assert rms_norm(x, norm.weight, backend=name).dtype == norm(x).dtype == torch.bfloat16
+        assert rms_norm(x, backend=name).dtype == F.rms_norm(x, (16,)).dtype == torch.bfloat16
+        assert rms_norm(x, norm.weight, gate=z, backend=name).dtype == (norm(x) * F.silu(z)).dtype == torch.float32
+        assert rms_norm(x, norm.weight, gate=z, out_dtype=torch.bfloat16, backend=name).dtype == torch.bfloat16
+
+
+def test_modules_keep_pytorch_parameters_and_reject_bad_arguments():
     norm = LayerNorm(8)
     assert isinstance(norm, torch.nn.LayerNorm) and set(norm.state_dict()) == {"weight", "bias"}
+    rnorm = RMSNorm(8, eps=1e-6)
+    assert isinstance(rnorm, torch.nn.RMSNorm) and set(rnorm.state_dict()) == {"weight"}
+    rnorm.load_state_dict(torch.nn.RMSNorm(8).state_dict())
+    assert not list(RMSNorm(8, elementwise_affine=False).parameters())
+    with pytest.raises(ValueError, match="normalized_shape"):
+        RMSNorm((2, 8))
     with pytest.raises(ValueError, match="backend='fused'"):
         layer_norm(torch.randn(2, 8), norm.weight, norm.bias, backend="fused")
+    with pytest.raises(ValueError, match="gate.shape"):
+        rms_norm(torch.randn(2, 8), gate=torch.randn(8))
+    for x in (torch.randn(2, 8, dtype=torch.float64), torch.randn(1, MAX_N + 1)):
+        with pytest.raises(ValueError, match="backend='triton'"):
+            rms_norm(x, backend="triton")
+
+
+def gpu_inputs(*shape, dtype=torch.float32):
+    return torch.randn(*shape, device=DEVICE, dtype=dtype, requires_grad=True)
 
 
 @pytest.mark.gpu
-def test_gpu_split_backward_under_autocast():
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_gpu_layer_norm_under_autocast(dtype):
+    """MQAR's residual stream: float32 out under autocast as nn.LayerNorm, gradients in the inputs' dtypes."""
     torch.manual_seed(0)
-    x = torch.randn(4096, 128, device=DEVICE, requires_grad=True)
+    x = gpu_inputs(65536, 128, dtype=dtype)
     norm, ref = LayerNorm(128).to(DEVICE), torch.nn.LayerNorm(128).to(DEVICE)
+    with torch.no_grad():
+        for p, q in zip(norm.parameters(), ref.parameters()):
+            p.normal_()
+            q.copy_(p)
+    backend.clear()
     with torch.autocast("cuda", dtype=torch.bfloat16):
-        y = norm(x)
-        y_ref = ref(x)
+        y, y_ref = norm(x), ref(x)
+    assert backend.last_backend("layer_norm") == "triton"
     assert y.dtype == y_ref.dtype == torch.float32
+    torch.testing.assert_close(y, y_ref, rtol=1e-4, atol=1e-4)
     g = torch.randn_like(y)
     ours = torch.autograd.grad(y, (x, norm.weight, norm.bias), g)
     theirs = torch.autograd.grad(y_ref, (x, ref.weight, ref.bias), g)
     for a, r in zip(ours, theirs):
-        torch.testing.assert_close(a, r, rtol=1e-4, atol=1e-4)
+        assert_close_overall(a, r, 1e-5 if dtype == torch.float32 else 1e-2)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("gain", [True, False])
+def test_gpu_qk_norm_on_strided_bf16_heads_under_autocast(gain):
+    """GatedFWA's QK-norm: q a bf16 view of a qkv projection, gains in float32; bf16 out as nn.RMSNorm."""
+    torch.manual_seed(0)
+    qkv = torch.randn(4, 512, 3, 4, 32, device=DEVICE, dtype=torch.bfloat16, requires_grad=True)
+    q = qkv[:, :, 0]
+    norm, ref = (cls(32, elementwise_affine=gain).to(DEVICE) for cls in (RMSNorm, torch.nn.RMSNorm))
+    if gain:
+        with torch.no_grad():
+            norm.weight.uniform_(0.5, 2)
+            ref.weight.copy_(norm.weight)
+    backend.clear()
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        y, y_ref = norm(q), ref(q)
+    assert backend.last_backend("rms_norm") == "triton"
+    assert y.dtype == y_ref.dtype == torch.bfloat16
+    assert_close_overall(y, y_ref, 1e-3)
+    g = torch.randn_like(y)
+    ours = torch.autograd.grad(y, (qkv, *norm.parameters()), g)
+    theirs = torch.autograd.grad(y_ref, (qkv, *ref.parameters()), g)
+    for a, r in zip(ours, theirs):
+        assert_close_overall(a, r, 1e-2)
+
+
+@pytest.mark.gpu
+def test_gpu_gated_output_norm_matches_its_float32_formula():
+    """GatedFWA's output gate RMSNorm(o) * silu(z), bf16 o and z under autocast, against the float32 formula."""
+    torch.manual_seed(0)
+    o, z = gpu_inputs(8, 256, 4, 32, dtype=torch.bfloat16), gpu_inputs(8, 256, 4, 32, dtype=torch.bfloat16)
+    norm = RMSNorm(32, eps=1e-6).to(DEVICE)
+    with torch.no_grad():
+        norm.weight.uniform_(0.5, 2)
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        y = norm(o, z)
+    assert backend.last_backend("rms_norm") == "triton" and y.dtype == torch.bfloat16
+    ref = F.rms_norm(o.float(), (32,), norm.weight, 1e-6) * F.silu(z.float())
+    assert_close_overall(y, ref.bfloat16(), 1e-3)
+    g = torch.randn_like(y)
+    ours = torch.autograd.grad(y, (o, z, norm.weight), g)
+    for a, r in zip(ours, torch.autograd.grad(ref, (o, z, norm.weight), g.float())):
+        assert_close_overall(a, r, 1e-2)
+
+
+@pytest.mark.gpu
+def test_gpu_backward_is_deterministic():
+    torch.manual_seed(0)
+    x = gpu_inputs(65536, 128)
+    norm = LayerNorm(128).to(DEVICE)
+    g = torch.randn_like(x)
+    first = torch.autograd.grad(norm(x), (x, norm.weight, norm.bias), g)
+    second = torch.autograd.grad(norm(x), (x, norm.weight, norm.bias), g)
+    for a, b in zip(first, second):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.gpu
+def test_gpu_forward_and_backward_replay_in_a_cuda_graph():
+    torch.manual_seed(0)
+    x, z = gpu_inputs(4096, 64), torch.randn(4096, 64, device=DEVICE)
+    lnorm, rnorm = LayerNorm(64).to(DEVICE), RMSNorm(64).to(DEVICE)
+
+    def step():
+        y = rnorm(lnorm(x), z)
+        return (y, *torch.autograd.grad(y.square().sum(), (x, lnorm.weight, lnorm.bias, rnorm.weight)))
+
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):  # compiles the kernels and warms up autograd outside the capture
+        for _ in range(3):
+            step()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = step()
+    with torch.no_grad():
+        x.copy_(torch.randn_like(x))
+    graph.replay()
+    for a, b in zip(captured, step()):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+@pytest.mark.gpu
+def test_gpu_runs_inside_torch_compile():
+    torch.manual_seed(0)
+    x, z = gpu_inputs(1024, 64), torch.randn(1024, 64, device=DEVICE)
+    lnorm, rnorm = LayerNorm(64).to(DEVICE), RMSNorm(64).to(DEVICE)
+
+    def f(x):
+        return rnorm(lnorm(x) * 2, z).square().sum()
+
+    want = torch.autograd.grad(f(x), x)[0]
+    backend.clear()
+    got = torch.autograd.grad(torch.compile(f)(x), x)[0]
+    assert backend.last_backend("layer_norm") == backend.last_backend("rms_norm") == "triton"
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)

@@ -37,6 +37,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from zoo.kernels.gatedfwa import gate_cumsum, gated_window_attention
+from zoo.kernels.layer_norm import RMSNorm
 from zoo.errors import ConfigError
 from zoo.mixers.attention import SlidingWindowAttention
 from zoo.mixers.registry import register_mixer
@@ -113,7 +114,7 @@ class GatedFWA(SlidingWindowAttention):
             self.beta_proj = nn.Parameter(torch.zeros(d_model, num_heads))  # released: weight_lambda
         if opts["output_gate"]:
             self.out_gate = nn.Linear(d_model, d_model, bias=bias)
-            self.o_norm = nn.RMSNorm(self.head_dim)
+            self.o_norm = RMSNorm(self.head_dim)
         else:
             self.out_gate = None
 
@@ -129,7 +130,7 @@ class GatedFWA(SlidingWindowAttention):
     def _make_qk_norm(kind: str, head_dim: int) -> nn.Module:
         if kind == "none":
             return nn.Identity()
-        return nn.RMSNorm(head_dim, elementwise_affine=kind == "gain")
+        return RMSNorm(head_dim, elementwise_affine=kind == "gain")
 
     def attend(self, q, k, v, x):
         u = None
@@ -140,7 +141,7 @@ class GatedFWA(SlidingWindowAttention):
         o = gated_window_attention(q, k, v, u, self.window)
         if self.out_gate is None:
             return o
-        return self.o_norm(o) * F.silu(self.out_gate(x).view_as(o))
+        return self.o_norm(o, self.out_gate(x).view_as(o))  # RMSNorm_head(o) * silu(x W_z), one fused call
 
     def state_size(self, seq_len: int) -> int:
         """Values kept after ``seq_len`` tokens: keys, values and one decay prefix u_j per head for the

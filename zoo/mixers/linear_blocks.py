@@ -6,10 +6,10 @@ expanded width into heads, and fla's output normalization (``RMSNorm`` / ``Fused
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from zoo.errors import ConfigError
+from zoo.kernels.layer_norm import rms_norm
 
 
 def check_num_heads(num_heads: int) -> None:
@@ -29,7 +29,8 @@ def expanded_dim(d_model: int, expand: float, num_heads: int, key: str) -> int:
 
 class HeadRMSNorm(nn.Module):
     """RMSNorm over each head's channels (weight, eps 1e-5, computed in float32), then times swish(gate)
-    when a gate is given: fla's ``RMSNorm`` and ``FusedRMSNormGated``. o, gate: [..., V] -> [..., V].
+    when a gate is given: fla's ``RMSNorm`` and ``FusedRMSNormGated``. o, gate: [..., V] -> [..., V] in o's
+    dtype. One fused kernel on GPU (``zoo.kernels.layer_norm.rms_norm``).
     """
 
     def __init__(self, dim: int, eps: float = 1e-5):
@@ -38,8 +39,4 @@ class HeadRMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, o: torch.Tensor, gate: torch.Tensor | None = None) -> torch.Tensor:
-        y = o.float()
-        y = y * torch.rsqrt(y.square().mean(-1, keepdim=True) + self.eps) * self.weight
-        if gate is not None:
-            y = y * F.silu(gate.float())
-        return y.to(o.dtype)
+        return rms_norm(o, self.weight, self.eps, gate, out_dtype=o.dtype)

@@ -1,0 +1,187 @@
+"""Triton LayerNorm and RMSNorm over the last dim, with an optional swish gate: one forward and one backward kernel.
+
+Rows: x [..., N] is read as [M / H, H, N] with H = x.shape[-2] (1 for 2-d x), through one stride per row
+dim, so a strided view such as q of a fused qkv projection ([B, L, H, d] with strides (3 L D, 3 D, d, 1))
+is read where it lies, without a copy; only a tensor whose leading dims do not fold into two (or whose last
+dim is not contiguous) is copied. Outputs and input gradients are contiguous.
+
+Forward: each program normalizes a [ROWS, BLOCK_N] tile (BLOCK_N = N rounded up to a power of two, ROWS
+rows so that a tile holds about 4096 values): narrow rows (N = 16..128) still give a program enough work
+to stream memory at full speed. It stores the mean (LayerNorm) and 1/std of each row for the backward.
+
+Backward: a fixed number of programs (a few per SM) each walk a contiguous run of tiles, write dx (and
+dz), and keep their own running sums of the weight and bias gradients in registers, stored once as one row
+of a [programs, N] float32 partial; a column sum over programs finishes them. Rows go to programs in a
+fixed way and nothing is added atomically, so gradients are the same on every run.
+"""
+from __future__ import annotations
+
+import functools
+
+import torch
+import triton
+import triton.language as tl
+
+TILE = 4096  # values per program and tile: 16 per thread with 8 warps
+NUM_WARPS = 8
+
+
+@triton.jit
+def _offsets(rows, cols, H, s0, s1):
+    """[ROWS, BLOCK_N] offsets of rows of a [M / H, H, N] tensor with strides (s0, s1, 1)."""
+    return ((rows // H) * s0 + (rows % H) * s1)[:, None] + cols[None, :]
+
+
+@triton.jit
+def _param(P, cols, col_ok, default: tl.constexpr, BLOCK_N: tl.constexpr):
+    """P[cols] in float32, or ``default`` in every column where there is no P."""
+    if P is None:
+        p = tl.full([BLOCK_N], default, tl.float32)
+    else:
+        p = tl.load(P + cols, mask=col_ok, other=0.0).to(tl.float32)
+    return p
+
+
+@triton.jit
+def _norm_fwd_kernel(X, Z, W, B, Y, MEAN, RSTD, M, H, N, x_s0, x_s1, z_s0, z_s1, eps,
+                     RMS: tl.constexpr, ROWS: tl.constexpr, BLOCK_N: tl.constexpr):
+    rows = (tl.program_id(0) * ROWS + tl.arange(0, ROWS)).to(tl.int64)
+    cols = tl.arange(0, BLOCK_N)
+    row_ok, col_ok = rows < M, cols < N
+    mask = row_ok[:, None] & col_ok[None, :]
+    x = tl.load(X + _offsets(rows, cols, H, x_s0, x_s1), mask=mask, other=0.0).to(tl.float32)
+    if RMS:
+        xc = x
+    else:
+        mean = tl.sum(x, axis=1) / N
+        xc = tl.where(mask, x - mean[:, None], 0.0)  # padded columns stay out of the variance
+        tl.store(MEAN + rows, mean, mask=row_ok)
+    rstd = tl.rsqrt(tl.sum(xc * xc, axis=1) / N + eps)
+    tl.store(RSTD + rows, rstd, mask=row_ok)
+    w = _param(W, cols, col_ok, 1.0, BLOCK_N)
+    b = _param(B, cols, col_ok, 0.0, BLOCK_N)
+    y = xc * rstd[:, None] * w[None, :] + b[None, :]
+    if Z is not None:
+        z = tl.load(Z + _offsets(rows, cols, H, z_s0, z_s1), mask=mask, other=0.0).to(tl.float32)
+        y = y * z * tl.sigmoid(z)
+    tl.store(Y + rows[:, None] * N + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _norm_bwd_kernel(X, Z, W, B, DY, MEAN, RSTD, DX, DZ, DW, DB, M, H, N, x_s0, x_s1, z_s0, z_s1, dy_s0, dy_s1,
+                     tiles_per_program, RMS: tl.constexpr, ROWS: tl.constexpr, BLOCK_N: tl.constexpr):
+    pid = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_N)
+    col_ok = cols < N
+    w = _param(W, cols, col_ok, 1.0, BLOCK_N)
+    b = _param(B, cols, col_ok, 0.0, BLOCK_N)
+    dw = tl.zeros([BLOCK_N], dtype=tl.float32)
+    db = tl.zeros([BLOCK_N], dtype=tl.float32)
+    for i in range(tiles_per_program):
+        rows = ((pid * tiles_per_program + i) * ROWS + tl.arange(0, ROWS)).to(tl.int64)
+        row_ok = rows < M
+        mask = row_ok[:, None] & col_ok[None, :]
+        x = tl.load(X + _offsets(rows, cols, H, x_s0, x_s1), mask=mask, other=0.0).to(tl.float32)
+        rstd = tl.load(RSTD + rows, mask=row_ok, other=0.0)
+        if RMS:
+            xhat = x * rstd[:, None]
+        else:
+            mean = tl.load(MEAN + rows, mask=row_ok, other=0.0)
+            xhat = tl.where(mask, (x - mean[:, None]) * rstd[:, None], 0.0)
+        dy = tl.load(DY + _offsets(rows, cols, H, dy_s0, dy_s1), mask=mask, other=0.0).to(tl.float32)
+        if Z is not None:  # y = a * silu(z) with a = xhat * w + b: dz from a, then dy becomes da
+            z = tl.load(Z + _offsets(rows, cols, H, z_s0, z_s1), mask=mask, other=0.0).to(tl.float32)
+            sig = tl.sigmoid(z)
+            a = xhat * w[None, :] + b[None, :]
+            if DZ is not None:
+                dz = dy * a * sig * (1 + z * (1 - sig))
+                tl.store(DZ + rows[:, None] * N + cols[None, :], dz.to(DZ.dtype.element_ty), mask=mask)
+            dy = dy * z * sig
+        dw += tl.sum(dy * xhat, axis=0)
+        db += tl.sum(dy, axis=0)
+        g = dy * w[None, :]  # the gradient with respect to xhat
+        # dx = rstd (g - mean(g) - xhat mean(g xhat)); RMSNorm has no centring, so no mean(g) term
+        gx = tl.sum(g * xhat, axis=1) / N
+        if RMS:
+            dx = (g - xhat * gx[:, None]) * rstd[:, None]
+        else:
+            dx = (g - (tl.sum(g, axis=1) / N)[:, None] - xhat * gx[:, None]) * rstd[:, None]
+        tl.store(DX + rows[:, None] * N + cols[None, :], dx.to(DX.dtype.element_ty), mask=mask)
+    if DW is not None:
+        tl.store(DW + pid * N + cols, dw, mask=col_ok)
+    if DB is not None:
+        tl.store(DB + pid * N + cols, db, mask=col_ok)
+
+
+def _tile(N: int) -> tuple[int, int]:
+    """(ROWS, BLOCK_N) of a tile for rows of N values."""
+    block_n = triton.next_power_of_2(N)
+    return max(1, TILE // block_n), block_n
+
+
+@functools.cache
+def _max_programs(device: torch.device) -> int:
+    """Backward programs: 4 per SM on a GPU, enough to hide memory latency; 2 under the interpreter, which runs
+    programs one after another (tests then still walk several tiles per program)."""
+    if device.type != "cuda":
+        return 2
+    return 4 * torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def _rows(t: torch.Tensor, H: int) -> torch.Tensor:
+    """t [..., N] as [M / H, H, N] with a unit column stride: a view where one exists, else a copy."""
+    t = t.reshape(-1, H, t.shape[-1])
+    return t if t.stride(-1) == 1 else t.contiguous()
+
+
+class _Norm(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, bias, gate, eps, rms, out_dtype):
+        N = x.shape[-1]
+        H = x.shape[-2] if x.dim() >= 3 else 1
+        x3 = _rows(x, H)
+        z3 = None if gate is None else _rows(gate, H)
+        M = x3.shape[0] * H
+        rows, block_n = _tile(N)
+        y = torch.empty(x.shape, dtype=out_dtype, device=x.device)
+        mean = None if rms else torch.empty(M, dtype=torch.float32, device=x.device)
+        rstd = torch.empty(M, dtype=torch.float32, device=x.device)
+        z_s0, z_s1 = (0, 0) if z3 is None else z3.stride()[:2]
+        _norm_fwd_kernel[(max(1, triton.cdiv(M, rows)),)](
+            x3, z3, weight, bias, y, mean, rstd, M, H, N, x3.stride(0), x3.stride(1), z_s0, z_s1, eps,
+            RMS=rms, ROWS=rows, BLOCK_N=block_n, num_warps=NUM_WARPS)
+        ctx.save_for_backward(x3, z3, weight, bias, mean, rstd)
+        ctx.shape, ctx.rms = x.shape, rms
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        x3, z3, weight, bias, mean, rstd = ctx.saved_tensors
+        M, H, N = x3.shape[0] * x3.shape[1], x3.shape[1], x3.shape[2]
+        rows, block_n = _tile(N)
+        tiles = max(1, triton.cdiv(M, rows))
+        per_program = triton.cdiv(tiles, min(tiles, _max_programs(x3.device)))
+        programs = triton.cdiv(tiles, per_program)  # none left without a tile: every partial row is written
+        dy3 = _rows(dy, H)
+        dx = torch.empty(ctx.shape, dtype=x3.dtype, device=x3.device)
+        dz = torch.empty(ctx.shape, dtype=z3.dtype, device=x3.device) if ctx.needs_input_grad[3] else None
+        dw = torch.empty(programs, N, dtype=torch.float32, device=x3.device) if ctx.needs_input_grad[1] else None
+        db = torch.empty(programs, N, dtype=torch.float32, device=x3.device) if ctx.needs_input_grad[2] else None
+        z_s0, z_s1 = (0, 0) if z3 is None else z3.stride()[:2]
+        _norm_bwd_kernel[(programs,)](
+            x3, z3, weight, bias, dy3, mean, rstd, dx, dz, dw, db, M, H, N, x3.stride(0), x3.stride(1),
+            z_s0, z_s1, dy3.stride(0), dy3.stride(1), per_program,
+            RMS=ctx.rms, ROWS=rows, BLOCK_N=block_n, num_warps=NUM_WARPS)
+        dw = None if dw is None else dw.sum(0).to(weight.dtype)
+        db = None if db is None else db.sum(0).to(bias.dtype)
+        return dx, dw, db, dz, None, None, None
+
+
+# Opaque to torch.compile: Inductor has nothing to fuse into a hand-written kernel (and failed on other Triton
+# kernels of zoo: GatedFWA's, H100, torch 2.11, Triton 3.6).
+@torch.compiler.disable
+def norm_triton(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, gate: torch.Tensor | None,
+                eps: float, rms: bool, out_dtype: torch.dtype) -> torch.Tensor:
+    """RMSNorm (``rms``, no bias) or LayerNorm of x [..., N] over N, times weight [N], plus bias [N], times
+    silu(gate) [..., N]; each of weight, bias, gate may be None. Float32 math; y [..., N] in ``out_dtype``."""
+    return _Norm.apply(x, weight, bias, gate, eps, rms, out_dtype)
