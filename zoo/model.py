@@ -11,6 +11,7 @@ import math
 import torch
 from torch import nn
 
+from zoo.kernels.embedding import Embedding
 from zoo.kernels.layer_norm import LayerNorm
 from zoo.errors import ConfigError
 from zoo.mixers.registry import POSITIONS, get_mixer
@@ -148,7 +149,7 @@ class LanguageModel(nn.Module):
         if positions == "rope" and not any("positions" in t for t in takes):
             raise ConfigError("model.positions", positions, f"learned or none: no layer's mixer applies RoPE "
                                                             f"({', '.join(name for name, _ in specs)})")
-        self.embed = nn.Embedding(vocab_size, d_model)
+        self.embed = Embedding(vocab_size, d_model)  # an nn.Embedding; its GPU backward is a deterministic Triton sum
         self.pos_embed = nn.Embedding(max_seq_len, d_model) if positions == "learned" else None
         self.blocks = nn.ModuleList(
             Block(d_model, cls(d_model, layer_idx=i, max_seq_len=max_seq_len,

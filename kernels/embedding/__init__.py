@@ -1,0 +1,51 @@
+"""Token embedding (a row gather) with a deterministic, load-balanced weight gradient.
+
+The weight gradient of an embedding sums the output gradient's rows of every id into that id's row. PyTorch's
+CUDA backward (a radix sort, then several segment kernels) took about 0.38 ms of a 3.8 ms MQAR training step
+on an H100 (65536 ids into an 8192 x 128 float32 table). ``sorted_sum.py`` sorts the ids once and sums each
+row's gradient rows in two Triton passes over fixed-size pieces of the sorted list, without atomics: the result
+is bit-identical from run to run, and equals PyTorch's up to rounding (another summation order). The forward is
+the same gather as ``F.embedding``.
+
+``embedding(ids, weight, backend="auto")``: ``"triton"`` (``sorted_sum.py``), ``"naive"`` ``F.embedding``
+(``naive.py``), ``"auto"`` the Triton backward for CUDA tensors. ``zoo.kernels.backend.last_backend("embedding")``
+says which ran. Not supported: ``padding_idx``, ``max_norm``, ``scale_grad_by_freq`` and sparse gradients
+(use ``F.embedding`` for those).
+"""
+from __future__ import annotations
+
+import torch
+
+from zoo.kernels.backend import NAIVE, check_backend, fast_path, record
+from zoo.kernels.embedding.naive import embedding_naive
+
+BACKENDS = ("auto", "triton", NAIVE)
+
+
+def embedding(ids: torch.Tensor, weight: torch.Tensor, backend: str = "auto") -> torch.Tensor:
+    """Rows of weight [V, D] at integer ids [...] (each in [0, V)) -> [..., D] in weight's dtype."""
+    check_backend(backend, BACKENDS)
+    fast = fast_path(backend, "triton", "zoo.kernels.embedding.sorted_sum", weight,
+                     "embedding on GPU (falls back to PyTorch's backward)")
+    record("embedding", NAIVE if fast is None else "triton")
+    return embedding_naive(ids, weight) if fast is None else fast.embedding(ids, weight)
+
+
+class Embedding(torch.nn.Embedding):
+    """``nn.Embedding`` (same parameters and state dict, still an ``nn.Embedding``) that uses :func:`embedding`.
+
+    Plain tables only: ``padding_idx``, ``max_norm``, ``scale_grad_by_freq`` or ``sparse`` raise ValueError."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        asked = {"padding_idx": self.padding_idx is not None, "max_norm": self.max_norm is not None,
+                 "scale_grad_by_freq": self.scale_grad_by_freq, "sparse": self.sparse}
+        if any(asked.values()):
+            raise ValueError(f"Embedding does not support {', '.join(k for k, on in asked.items() if on)}: "
+                             f"use torch.nn.Embedding")
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return embedding(ids, self.weight)
+
+
+__all__ = ["embedding", "Embedding", "BACKENDS"]

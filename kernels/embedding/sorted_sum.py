@@ -1,0 +1,108 @@
+"""Embedding weight gradient by sorting the ids, then summing each vocabulary row in two Triton passes.
+
+For N ids into a table [V, D]: a stable sort of the ids lists every row's occurrences, in token order, as one
+run of the sorted list. Each run is cut into pieces of at most ``piece`` occurrences; pass 1 gives each piece
+one program, which sums its gradient rows a tile of ``block_t`` at a time; pass 2 gives each vocabulary row one
+program, which sums its pieces' partial sums a tile of ``block_k`` at a time (zero for an unused row).
+
+Deterministic: the sort is stable, so the pieces, the tiles and every sum's order depend on the ids only; no
+program writes where another does (no atomics). Balanced: no program of pass 1 sums more than ``piece`` rows
+however often an id repeats, and ``piece`` grows with sqrt(N) so that an id filling the whole batch costs pass 2
+about as many tiles as pass 1. Sums run in float32 (float64 for a float64 table). Everything is on the device
+with shapes known from N and V alone (no host sync), so a CUDA graph can capture it.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _piece_sums_kernel(grad_ptr, order_ptr, bounds_ptr, piece_bounds_ptr, piece_row_ptr, partial_ptr, V, D, piece,
+                       BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr):
+    g = tl.program_id(0).to(tl.int64)
+    cols = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
+    v = tl.load(piece_row_ptr + g)
+    if v >= V:  # the grid is sized for the most pieces N ids can make; this one is past the last
+        return
+    lo = tl.load(bounds_ptr + v) + (g - tl.load(piece_bounds_ptr + v)) * piece
+    hi = tl.minimum(lo + piece, tl.load(bounds_ptr + v + 1))
+    acc = tl.zeros([BLOCK_D], dtype=partial_ptr.dtype.element_ty)
+    for start in range(lo, hi, BLOCK_T):
+        j = start + tl.arange(0, BLOCK_T)
+        token = tl.load(order_ptr + j, mask=j < hi, other=0)
+        rows = tl.load(grad_ptr + token[:, None] * D + cols[None, :], mask=(j < hi)[:, None] & (cols < D)[None, :],
+                       other=0.0)
+        acc += tl.sum(rows.to(acc.dtype), axis=0)
+    tl.store(partial_ptr + g * D + cols, acc, mask=cols < D)
+
+
+@triton.jit
+def _row_sums_kernel(partial_ptr, piece_bounds_ptr, out_ptr, D, BLOCK_K: tl.constexpr, BLOCK_D: tl.constexpr):
+    v = tl.program_id(0).to(tl.int64)
+    cols = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
+    lo = tl.load(piece_bounds_ptr + v)
+    hi = tl.load(piece_bounds_ptr + v + 1)
+    acc = tl.zeros([BLOCK_D], dtype=partial_ptr.dtype.element_ty)
+    for start in range(lo, hi, BLOCK_K):
+        k = start + tl.arange(0, BLOCK_K)
+        acc += tl.sum(tl.load(partial_ptr + k[:, None] * D + cols[None, :],
+                              mask=(k < hi)[:, None] & (cols < D)[None, :], other=0.0), axis=0)
+    tl.store(out_ptr + v * D + cols, acc.to(out_ptr.dtype.element_ty), mask=cols < D)
+
+
+def piece_size(n: int, block_t: int, block_k: int) -> int:
+    """Most occurrences of one id that a pass-1 program sums: ``block_t`` times s ~ sqrt(n / (block_t * block_k))
+    tiles. An id filling all n slots then makes about n / piece = s * block_k pieces, s tiles for pass 2."""
+    return block_t * max(1, math.ceil(math.sqrt(n / (block_t * block_k))))
+
+
+def embedding_backward(grad: torch.Tensor, ids: torch.Tensor, num_rows: int, dtype: torch.dtype,
+                       block_t: int = 32, block_k: int = 32, block_d: int = 128) -> torch.Tensor:
+    """Weight gradient [V, D] (V = ``num_rows``) in ``dtype`` of grad [..., D] (any float dtype) at ids [...].
+
+    ``block_t`` / ``block_k``: gradient rows / partial sums per tile of pass 1 / pass 2; ``block_d``: columns
+    per program (at most). Powers of two; tests make them small to run every loop on small inputs."""
+    D = grad.shape[-1]
+    grad = grad.reshape(-1, D).contiguous()
+    n, device = grad.shape[0], grad.device
+    sorted_ids, order = torch.sort(ids.reshape(-1).to(torch.int32), stable=True)  # int32: half the radix passes
+    # row v's occurrences are order[bounds[v]:bounds[v + 1]]
+    bounds = torch.searchsorted(sorted_ids, torch.arange(num_rows + 1, dtype=torch.int32, device=device))
+    piece = piece_size(n, block_t, block_k)
+    # row v's pieces are numbered piece_bounds[v] to piece_bounds[v + 1] - 1
+    piece_bounds = F.pad(torch.cumsum((bounds.diff() + piece - 1) // piece, 0), (1, 0))
+    num_pieces = triton.cdiv(n, piece) + min(num_rows, n)  # at most: every used row has at most one partial piece
+    piece_row = torch.searchsorted(piece_bounds[1:], torch.arange(num_pieces, device=device), right=True)
+    partial = torch.empty(num_pieces, D, dtype=torch.promote_types(dtype, torch.float32), device=device)
+    out = torch.empty(num_rows, D, dtype=dtype, device=device)
+    block_d = min(block_d, triton.next_power_of_2(D))
+    _piece_sums_kernel[(num_pieces, triton.cdiv(D, block_d))](
+        grad, order, bounds, piece_bounds, piece_row, partial, num_rows, D, piece, BLOCK_T=block_t, BLOCK_D=block_d)
+    _row_sums_kernel[(num_rows, triton.cdiv(D, block_d))](partial, piece_bounds, out, D, BLOCK_K=block_k,
+                                                          BLOCK_D=block_d)
+    return out
+
+
+class SortedSumEmbedding(torch.autograd.Function):
+    """F.embedding's gather forward; :func:`embedding_backward` for the weight gradient."""
+
+    @staticmethod
+    def forward(ctx, ids, weight):
+        ctx.save_for_backward(ids)
+        ctx.num_rows, ctx.dtype = weight.shape[0], weight.dtype
+        return F.embedding(ids, weight)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (ids,) = ctx.saved_tensors
+        return None, embedding_backward(grad, ids, ctx.num_rows, ctx.dtype)
+
+
+def embedding(ids: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """``embedding_naive``'s signature: rows of weight [V, D] at ids [...] -> [..., D], this module's backward."""
+    return SortedSumEmbedding.apply(ids, weight)
