@@ -1,9 +1,15 @@
-"""Selective scan: the recurrence against the explicit sum, and the Triton kernel against the recurrence."""
+"""Selective scan: the recurrence against the explicit sum, and the Triton kernel (chunked states, fused dt
+bias and softplus, D skip and z gate) against the recurrence, values and every gradient."""
 import pytest
 import torch
+import torch.nn.functional as F
 
+from zoo.kernels import backend
+from zoo.kernels.selective_scan import fused_recurrent, selective_scan as scan_entry
 from zoo.kernels.selective_scan.fused_recurrent import selective_scan
 from zoo.kernels.selective_scan.naive import selective_scan_naive
+
+OPTIONS = ("D", "z", "delta_bias")
 
 
 def scan_explicit(u, dt, A, B, C):
@@ -18,37 +24,113 @@ def scan_explicit(u, dt, A, B, C):
     return y
 
 
-def inputs(Bt, L, D, N, dtype, device="cpu", seed=0):
+def inputs(Bt, L, D, N, dtype, device="cpu", seed=0, options=()):
+    """[u, dt, A, B, C] and {name: tensor} for each name in ``options``, all leaves that require grad. With a
+    delta_bias (in [-4, -1], Mamba's init range before softplus), dt is a pre-softplus value around 0."""
     g = torch.Generator().manual_seed(seed)
     u = torch.randn(Bt, L, D, generator=g)
     dt = torch.rand(Bt, L, D, generator=g) * 0.2 + 1e-3
     A = -torch.arange(1, N + 1, dtype=torch.float32).repeat(D, 1) * torch.rand(D, 1, generator=g)
     B, C = torch.randn(Bt, L, N, generator=g), torch.randn(Bt, L, N, generator=g)
-    return [t.to(device, dtype).requires_grad_() for t in (u, dt, A, B, C)]
+    extra = {"D": torch.randn(D, generator=g), "z": torch.randn(Bt, L, D, generator=g),
+             "delta_bias": torch.rand(D, generator=g) * 3 - 4}
+    if "delta_bias" in options:
+        dt = torch.randn(Bt, L, D, generator=g)
+
+    def leaf(t):
+        return t.to(device, dtype).requires_grad_()
+
+    return [leaf(t) for t in (u, dt, A, B, C)], {k: leaf(extra[k]) for k in options}
 
 
-def grads(fn, args, gy):
-    y = fn(*args)
-    return [y, *torch.autograd.grad(y, args, gy.to(y.dtype))]
+def grads(fn, args, kwargs, gy, softplus=False):
+    """[y, gradient of every tensor in args and kwargs]."""
+    y = fn(*args, **kwargs, delta_softplus=softplus)
+    return [y, *torch.autograd.grad(y, [*args, *kwargs.values()], gy.to(y.dtype))]
+
+
+def assert_triton_matches_naive(shape, options, softplus, **tol):
+    """Triton in float32 against the recurrence in float64 on the same values."""
+    args, kwargs = inputs(*shape, torch.float32, options=options)
+    gy = torch.randn(shape[:3])
+    got = grads(selective_scan, args, kwargs, gy, softplus)
+    args64 = [t.detach().double().requires_grad_() for t in args]
+    kwargs64 = {k: t.detach().double().requires_grad_() for k, t in kwargs.items()}
+    want = grads(selective_scan_naive, args64, kwargs64, gy, softplus)
+    names = ["y", "u", "dt", "A", "B", "C", *options]
+    for name, g, w in zip(names, got, want):
+        torch.testing.assert_close(g.double(), w, **tol, msg=lambda m: f"{name}: {m}")
 
 
 def test_naive_matches_explicit_sum():
-    args = inputs(2, 7, 3, 4, torch.float64)
+    args, _ = inputs(2, 7, 3, 4, torch.float64)
     torch.testing.assert_close(selective_scan_naive(*args), scan_explicit(*args))
 
 
-@pytest.mark.parametrize("shape", [(2, 7, 40, 4), (1, 12, 8, 16)])
-def test_triton_matches_naive(shape):
-    args = inputs(*shape, torch.float64)
-    gy = torch.randn(shape[:3], dtype=torch.float64)
-    for got, want in zip(grads(selective_scan, args, gy), grads(selective_scan_naive, args, gy)):
-        torch.testing.assert_close(got.double(), want, rtol=1e-4, atol=1e-4)
+def test_naive_options_are_the_mamba_block_math():
+    args, kw = inputs(2, 5, 3, 4, torch.float64, options=OPTIONS)
+    u, dt, A, B, C = args
+    want = (selective_scan_naive(u, F.softplus(dt + kw["delta_bias"]), A, B, C) + u * kw["D"]) * F.silu(kw["z"])
+    torch.testing.assert_close(selective_scan_naive(*args, **kw, delta_softplus=True), want)
+
+
+# (Bt, L, E, N), CHUNK, options, softplus: L a multiple of CHUNK, not one, and below it; E below, above and not a
+# multiple of the 32-channel block
+@pytest.mark.parametrize("shape, chunk, options, softplus", [
+    ((2, 7, 40, 4), 4, OPTIONS, True),
+    ((2, 8, 3, 2), 4, ("D", "delta_bias"), False),
+    ((1, 12, 8, 16), 16, (), False),
+    ((2, 20, 5, 4), 16, OPTIONS, True),
+    ((1, 6, 4, 4), 2, ("z",), True),
+])
+def test_triton_matches_naive(monkeypatch, shape, chunk, options, softplus):
+    monkeypatch.setattr(fused_recurrent, "CHUNK", chunk)
+    assert_triton_matches_naive(shape, options, softplus, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_triton_takes_strided_low_precision_views(device):
+    """x, z as halves of one bf16 projection and B, C as slices of another (Mamba's in_proj and x_proj): the kernel
+    reads them in place, and its gradients come back in bf16, matching the recurrence on the same values."""
+    Bt, L, E, N = 2, 5, 6, 4
+    g = torch.Generator().manual_seed(1)
+    xz = torch.randn(Bt, L, 2 * E, generator=g).bfloat16().requires_grad_()
+    dbc = torch.randn(Bt, L, 3 + 2 * N, generator=g).bfloat16().requires_grad_()
+    dt_raw = torch.randn(Bt, L, E, generator=g).bfloat16().requires_grad_()
+    A, D, bias = (t.to(device) for t in (-torch.rand(E, N, generator=g) * 2, torch.randn(E, generator=g),
+                                         torch.rand(E, generator=g) - 3))
+    gy = torch.randn(Bt, L, E, generator=g).to(device)
+
+    def run(fn, dtype):
+        leaves = [t.detach().to(device, dtype).requires_grad_() for t in (xz, dbc, dt_raw)]
+        x, z = leaves[0].chunk(2, dim=-1)
+        _, B, C = leaves[1].split([3, N, N], dim=-1)
+        y = fn(x, leaves[2], A, B, C, D, z, bias, True)
+        return [t.cpu() for t in (y, *torch.autograd.grad(y, leaves, gy.to(y.dtype)))]
+
+    got, want = run(selective_scan, torch.bfloat16), run(selective_scan_naive, torch.float64)
+    assert got[0].dtype == torch.float32 and all(t.dtype == torch.bfloat16 for t in got[1:])
+    torch.testing.assert_close(got[0].double(), want[0], rtol=1e-4, atol=1e-4)
+    for g_, w in zip(got[1:], want[1:]):  # gradients rounded to bf16
+        torch.testing.assert_close(g_.double(), w, rtol=1e-2, atol=1e-2)
+
+
+def test_triton_is_bit_reproducible(monkeypatch):
+    monkeypatch.setattr(fused_recurrent, "CHUNK", 4)
+    args, kwargs = inputs(2, 9, 40, 4, torch.float32, options=OPTIONS)
+    gy = torch.randn(2, 9, 40)
+    first, second = (grads(selective_scan, args, kwargs, gy, softplus=True) for _ in range(2))
+    assert all(torch.equal(a, b) for a, b in zip(first, second))
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("shape", [(2, 64, 256, 16), (3, 130, 100, 16), (2, 256, 64, 8)])
-def test_triton_matches_naive_on_gpu(shape):
-    args = inputs(*shape, torch.float32, device="cuda")
+@pytest.mark.parametrize("shape, options", [((2, 64, 256, 16), ()), ((3, 130, 100, 16), OPTIONS),
+                                            ((2, 256, 64, 8), OPTIONS)])
+def test_triton_matches_naive_on_gpu(shape, options):
+    args, kwargs = inputs(*shape, torch.float32, device="cuda", options=options)
     gy = torch.randn(shape[:3], device="cuda")
-    for got, want in zip(grads(selective_scan, args, gy), grads(selective_scan_naive, args, gy)):
-        torch.testing.assert_close(got, want, rtol=2e-3, atol=2e-3)
+    backend.clear()
+    got = grads(lambda *a, **k: scan_entry(*a, **k, backend="triton"), args, kwargs, gy, bool(options))
+    assert backend.last_backend("selective_scan") == "triton"
+    for g, w in zip(got, grads(selective_scan_naive, args, kwargs, gy, bool(options))):
+        torch.testing.assert_close(g, w, rtol=2e-3, atol=2e-3)

@@ -4,7 +4,8 @@
     y = selective_scan(x, dt, A, B, C) + D * x;  out = out_proj(y * silu(z))
 
 The scan is ``zoo.kernels.selective_scan``: on GPU mamba-ssm's fused ``selective_scan_fn`` where its extension
-imports, else our Triton scan; on CPU the PyTorch recurrence.
+imports, else our Triton scan; on CPU the PyTorch recurrence. The dt bias and softplus, the D skip and the z gate
+are its options, fused into the GPU scans (float32 math, as the eager form's ``.float()`` casts).
 """
 from __future__ import annotations
 
@@ -63,9 +64,9 @@ class Mamba(nn.Module):
         x, z = self.in_proj(u).chunk(2, dim=-1)
         x = F.silu(self.conv(x))
         dt, B, C = self.x_proj(x).split([self.dt_rank, self.d_state, self.d_state], dim=-1)
-        dt = F.softplus(self.dt_proj(dt).float() + self.dt_bias)
-        y = selective_scan(x, dt, -torch.exp(self.A_log.float()), B, C) + x.float() * self.D
-        return self.out_proj((y * F.silu(z.float())).to(u.dtype))
+        y = selective_scan(x, self.dt_proj(dt), -torch.exp(self.A_log.float()), B, C, D=self.D, z=z,
+                           delta_bias=self.dt_bias, delta_softplus=True)
+        return self.out_proj(y.to(u.dtype))
 
     def state_size(self, seq_len: int) -> int:
         """Values per sequence: the (E, N) SSM state plus the conv's last ``d_conv - 1`` inputs."""
