@@ -8,7 +8,10 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from zoo.kernels.backend import without_autocast
 
+
+@without_autocast  # float32 inside, as the casts say: under bf16 autocast the einsums would run in bf16
 def ssd_chunked(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor,
                 chunk: int = 64) -> torch.Tensor:
     """``ssd_naive``'s result by chunks of ``chunk`` steps, all in batched matmuls (no loop over time):

@@ -9,7 +9,8 @@ from zoo.kernels.based import based_attention
 from zoo.kernels.delta_rule import delta_rule
 from zoo.kernels.gatedfwa import gate_cumsum, gated_window_attention
 from zoo.kernels.gla import gla
-from zoo.kernels.layer_norm import layer_norm
+from zoo.kernels.embedding import embedding
+from zoo.kernels.layer_norm import layer_norm, rms_norm
 from zoo.kernels.long_conv import long_conv
 from zoo.kernels.retention import retention
 from zoo.kernels.rwkv7 import rwkv7
@@ -49,7 +50,10 @@ ENTRIES = {
     "delta_rule": (delta_rule, lambda: (rand(B, T, H, K), rand(B, T, H, K), rand(B, T, H, 3), torch.rand(B, T, H),
                                         neg(B, T, H)), "delta_rule", "naive", ["chunked"]),
     "long_conv": (long_conv, lambda: (rand(B, T, 3), rand(T, 3), rand(3)), "long_conv", "fft", ["fft"]),
-    "layer_norm": (layer_norm, lambda: (rand(B, T, 6), rand(6), rand(6)), "layer_norm", "naive", ["split"]),
+    "layer_norm": (layer_norm, lambda: (rand(B, T, 6), rand(6), rand(6)), "layer_norm", "naive", ["triton"]),
+    "rms_norm": (lambda x, w, z, backend: rms_norm(x, w, 1e-6, gate=z, backend=backend),
+                 lambda: (rand(B, T, H, 8), rand(8), rand(B, T, H, 8)), "rms_norm", "naive", ["triton"]),
+    "embedding": (embedding, lambda: (torch.randint(0, 7, (B, T)), rand(7, 5)), "embedding", "naive", ["triton"]),
 }
 
 

@@ -29,3 +29,13 @@ def test_ssd_matches_recurrence():
 def test_chunked_matches_quadratic():
     x, dt, A, B, C = ssd_inputs(2, 21)
     torch.testing.assert_close(ssd_chunked(x, dt, A, B, C, chunk=8), ssd_naive(x, dt, A, B, C), rtol=1e-5, atol=1e-5)
+
+
+def test_chunked_is_float32_under_bf16_autocast():
+    """Its einsums must not drop to bf16 under training's autocast: same result with and without it."""
+    x, dt, A, B, C = (t.float() for t in ssd_inputs(2, 21))
+    want = ssd_chunked(x, dt, A, B, C, chunk=8)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got = ssd_chunked(x, dt, A, B, C, chunk=8)
+    assert got.dtype == torch.float32
+    torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
