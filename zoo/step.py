@@ -86,12 +86,22 @@ class TrainStep:
         self.recorded: dict[tuple, tuple] = {}  # (shape, active members) -> (graph, static inputs)
         self.seen: dict[tuple, int] = {}
         self.pool = None
+        # The caching allocator reuses a freed block only on the stream that allocated it, so warm-up steps and
+        # captures on a fresh stream each time (PyTorch hands out up to 32 in turn) reserve a step's memory per
+        # stream. Seen on an H100 (MQAR N=128, d=512, groups of 4, three workers): one worker held 32 GiB reserved
+        # but unallocated while the others ran out of memory. So each TrainStep keeps one side stream (warm-ups,
+        # captures) and one stream per member.
+        self.side_stream = None
+        self.member_streams: list | None = None
 
     def deactivate(self, index: int) -> None:
         """Stop training member ``index`` (its parameters no longer change); graphs are recorded anew."""
         if self.active[index]:
             self.active[index] = False
+            recorded = bool(self.recorded)
             self._drop_graphs()
+            if recorded:  # the dropped graphs' pool is only cache now: give it back to the GPU's other workers
+                torch.cuda.empty_cache()
 
     def _drop_graphs(self) -> None:
         """Forget every graph and their memory pool: the pool dies with its last graph, and recording into a
@@ -131,16 +141,24 @@ class TrainStep:
     def _forked(self, inputs, positions, targets) -> None:
         """Every active member on its own stream, joined back into the current one (for graph capture)."""
         main = torch.cuda.current_stream()
+        if self.member_streams is None:
+            self.member_streams = [torch.cuda.Stream() for _ in self.members]
         streams = []
         for i, on in enumerate(self.active):
             if on:
-                stream = torch.cuda.Stream()
+                stream = self.member_streams[i]
                 stream.wait_stream(main)
                 with torch.cuda.stream(stream):
                     self._member_step(i, inputs, positions, targets)
                 streams.append(stream)
         for stream in streams:
             main.wait_stream(stream)
+
+    def _side(self):
+        """The side stream of warm-up steps and captures, one for the life of this TrainStep."""
+        if self.side_stream is None:
+            self.side_stream = torch.cuda.Stream()
+        return self.side_stream
 
     def _record(self, key, inputs, positions, targets):
         """Capture the step into a new graph, as ``torch.cuda.graph`` does but without its ``empty_cache()``:
@@ -149,7 +167,7 @@ class TrainStep:
         batch shape; ``results/graph_replay_crash.md`` has the experiments."""
         static = (inputs.clone(), positions.clone(), targets.clone())
         graph = torch.cuda.CUDAGraph()
-        capture = torch.cuda.Stream()  # capture cannot run on the default stream
+        capture = self._side()  # capture cannot run on the default stream
         capture.wait_stream(torch.cuda.current_stream())
         torch.cuda.synchronize()
         with torch.cuda.stream(capture):
@@ -173,7 +191,7 @@ class TrainStep:
         if key not in self.recorded:
             self.seen[key] = self.seen.get(key, 0) + 1
             if self.seen[key] <= WARMUP_STEPS:  # on a side stream, as graph capture requires
-                side = torch.cuda.Stream()
+                side = self._side()
                 side.wait_stream(torch.cuda.current_stream())
                 with torch.cuda.stream(side):
                     self._eager(inputs, positions, targets)

@@ -91,6 +91,28 @@ def test_graphs_are_recorded_again_after_a_member_stops(capfd):
 
 
 @pytest.mark.gpu
+def test_recording_again_does_not_grow_reserved_memory():
+    """A member that stops makes the group record again. Warm-ups and captures on a new stream each time reserved a
+    step's memory anew (the allocator reuses a block only on its own stream), and the dropped graphs' pool stayed
+    reserved: a worker that recorded a few times held tens of GiB it did not use, and its neighbours on the GPU ran
+    out of memory. Now the streams are the TrainStep's own and a stop gives the dropped pool back."""
+    device = torch.device("cuda")
+    models, step = _setup(True, device, lrs=(1e-2, 5e-3, 3e-3, 1e-3), bf16=True)
+    batch = next(_batches(device, n=1, shapes=((512, 16, 3),)))
+    for _ in range(5):
+        step(*batch)
+    torch.cuda.synchronize()
+    side, first = step.side_stream, torch.cuda.memory_reserved(device)
+    for member in range(3):  # three stops, three more rounds of warm-up steps and a capture
+        step.deactivate(member)
+        for _ in range(5):
+            step(*batch)
+    torch.cuda.synchronize()
+    assert len(step.recorded) == 1 and step.side_stream is side
+    assert torch.cuda.memory_reserved(device) <= first * 1.1, (first, torch.cuda.memory_reserved(device))
+
+
+@pytest.mark.gpu
 def test_group_recording_a_second_batch_shape_keeps_replaying(tmp_path):
     """results/graph_replay_crash.md: a group of two DeltaNets on Z60 (195 full batches and one of 80 per epoch,
     so a second graph is recorded in epoch 4, after the first was replayed) crashed in graph replay within 9
