@@ -1,13 +1,22 @@
 """Triton selective scan with Mamba's elementwise work fused in (dt bias and softplus, D skip, silu(z) gate).
 
 One program per (batch, block of channels) keeps its (BLOCK_E, N) float32 state on chip and walks time inside
-the kernel. Storing every state h_t for the backward would cost (Bt, L, E, N) float32 written once and read
-back, by far the largest traffic of the op; so the forward stores only the state entering each chunk of
-``CHUNK`` steps, and the backward, chunk by chunk from the last, walks the chunk forward again from that state
-(keeping each step's incoming state in a per-program scratch of CHUNK states, meant to stay in L2), then walks
-it back in reverse carrying dL/dh_t. B and C are shared by all channels, so each program writes its own
-partial dB, dC (and dA, dD, d delta_bias over the batch) and the wrapper sums them: no atomics, so a run is
-bit-reproducible.
+the kernel; the backward walks time in reverse carrying dL/dh_t, and step t needs h_{t-1} and h_t. The wrapper
+picks one of two modes per call:
+
+* store-all (the default): the forward writes every state, h_0 = 0 to h_L, a (Bt, L + 1, E, N) float32 tensor,
+  and the backward reads h_t and h_{t-1} in one reverse walk, with no recompute. The walk is a chain of dependent
+  steps, so it is latency-bound, not bandwidth-bound: on an H100 (Bt=256, L=256, E=256, N=16, bf16 inputs, one
+  training step of a 2-layer Mamba) the earlier kernel that stored every state (before the elementwise work was
+  fused) took 1.07 ms of forward and 2.15 ms of backward per training step, the chunked mode 1.40 and 5.31 ms: its
+  second walk per chunk doubles the chain, and the memory traffic it saves was not the bottleneck.
+* chunked, where the states would exceed ``STATE_BUDGET_BYTES``: the forward stores only the state entering each
+  chunk of ``CHUNK`` steps (1/CHUNK of the memory), and the backward, chunk by chunk from the last, walks the
+  chunk forward again from that state (keeping each step's incoming state in a per-program scratch of CHUNK
+  states, meant to stay in L2), then walks it back in reverse.
+
+B and C are shared by all channels, so each program writes its own partial dB, dC (and dA, dD, d delta_bias over
+the batch) and the wrapper sums them: no atomics, so a run is bit-reproducible.
 """
 from __future__ import annotations
 
@@ -15,26 +24,39 @@ import torch
 import triton
 import triton.language as tl
 
-# Steps between stored states: they cost 1/CHUNK of storing every h_t, while the backward's scratch (CHUNK states per
-# program: 32 KiB at BLOCK_E=32, N=16) should fit in L2 for all resident programs. Compiled for sm_90 the backward
-# takes 128 registers a thread, so 4 programs an SM, 528 on an H100: 17 MB of its 50 MB L2 (estimate, not profiled).
+# Largest (Bt, L + 1, E, N) float32 state tensor a call keeps for the store-all backward; above it the chunked mode
+# keeps 1/CHUNK of it. The measured shape in the docstring keeps 1 GiB a layer, well inside. The budget is per call,
+# so a deep model near it keeps a multiple of it and may want it lower. It must stay at most 8 GiB (2^31 float32):
+# the kernels address the states with int32 offsets.
+STATE_BUDGET_BYTES = 4 * 2**30
+
+# Chunked mode: steps between stored states. They cost 1/CHUNK of storing every h_t, while the backward's scratch
+# (CHUNK states per program: 32 KiB at BLOCK_E=32, N=16) should fit in L2 for all resident programs. Compiled for sm_90
+# the backward takes 128 registers a thread, so 4 programs an SM, 528 on an H100: 17 MB of its 50 MB L2 (estimate,
+# not profiled).
 CHUNK = 16
 
 
 @triton.jit
-def _sigmoid(x):
-    e = tl.exp(-tl.abs(x))  # in (0, 1]: no overflow for large |x|
+def _sigmoid_of(x, e):
+    """sigmoid(x) given e = exp(-|x|), in (0, 1]: no overflow for large |x|."""
     return tl.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
 
 
 @triton.jit
+def _sigmoid(x):
+    return _sigmoid_of(x, tl.exp(-tl.abs(x)))
+
+
+@triton.jit
 def _softplus(x):
-    """log(1 + exp(x)) as torch's softplus (x itself above 20), accurate where exp(x) is far below 1."""
+    """(softplus(x), sigmoid(x)): log(1 + exp(x)) as torch's softplus (x itself above 20), accurate where exp(x) is
+    far below 1, and its derivative, from one exp."""
     e = tl.exp(-tl.abs(x))
     w = 1.0 + e
     # log1p(e): log(w) * e / (w - 1) divides out the rounding of 1 + e (and is e where 1 + e rounds to 1)
     log1p = tl.where(w == 1.0, e, tl.log(w) * e / (w - 1.0))
-    return tl.where(x > 20.0, x, tl.maximum(x, 0.0) + log1p)
+    return tl.where(x > 20.0, x, tl.maximum(x, 0.0) + log1p), _sigmoid_of(x, e)
 
 
 @triton.jit
@@ -46,8 +68,8 @@ def _row(ptr, b, t, e, s_b, s_t, s_e, mask):
 @triton.jit
 def _scan_fwd_kernel(u_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr, y_ptr, state_ptr, L, E,
                      su_b, su_t, su_e, sdt_b, sdt_t, sdt_e, sz_b, sz_t, sz_e, sB_b, sB_t, sB_n, sC_b, sC_t, sC_n,
-                     N: tl.constexpr, BLOCK_E: tl.constexpr, CHUNK: tl.constexpr, HAS_D: tl.constexpr,
-                     HAS_Z: tl.constexpr, HAS_BIAS: tl.constexpr, SOFTPLUS: tl.constexpr):
+                     N: tl.constexpr, BLOCK_E: tl.constexpr, CHUNK: tl.constexpr, STORE_ALL: tl.constexpr,
+                     HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_BIAS: tl.constexpr, SOFTPLUS: tl.constexpr):
     b = tl.program_id(0)
     e = tl.program_id(1) * BLOCK_E + tl.arange(0, BLOCK_E)
     n = tl.arange(0, N)
@@ -57,25 +79,37 @@ def _scan_fwd_kernel(u_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr,
         bias = tl.load(bias_ptr + e, mask=emask, other=0.0)
     if HAS_D:
         Dskip = tl.load(D_ptr + e, mask=emask, other=0.0)
+    # stored state k: store-all walks the sequence as one span and stores h_k, the state after k steps, for k = 0 (the
+    # span's entry store) to L; chunked stores the state entering chunk k
+    if STORE_ALL:
+        span = L
+        n_states = L + 1
+    else:
+        span = CHUNK
+        n_states = tl.cdiv(L, CHUNK)
+    states = state_ptr + (b * n_states * E + e[:, None]) * N + n[None, :]  # + k * E * N: stored state k
     h = tl.zeros([BLOCK_E, N], dtype=tl.float32)
-    n_chunks = tl.cdiv(L, CHUNK)
-    for c in range(n_chunks):
-        tl.store(state_ptr + ((b * n_chunks + c) * E + e[:, None]) * N + n[None, :], h, mask=emask[:, None])
-        for t in range(c * CHUNK, tl.minimum(c * CHUNK + CHUNK, L)):
+    for c in range(tl.cdiv(L, span)):
+        tl.store(states + c * E * N, h, mask=emask[:, None])
+        for t in range(c * span, tl.minimum(c * span + span, L)):
+            # the step's loads first: none depends on the carried state, so they are in flight together
             ut = _row(u_ptr, b, t, e, su_b, su_t, su_e, emask)
             dtt = _row(dt_ptr, b, t, e, sdt_b, sdt_t, sdt_e, emask)
+            Bt = tl.load(B_ptr + b * sB_b + t * sB_t + n * sB_n).to(tl.float32)
+            Ct = tl.load(C_ptr + b * sC_b + t * sC_t + n * sC_n).to(tl.float32)
+            if HAS_Z:
+                zt = _row(z_ptr, b, t, e, sz_b, sz_t, sz_e, emask)
             if HAS_BIAS:
                 dtt += bias
             if SOFTPLUS:
-                dtt = _softplus(dtt)
-            Bt = tl.load(B_ptr + b * sB_b + t * sB_t + n * sB_n).to(tl.float32)
-            Ct = tl.load(C_ptr + b * sC_b + t * sC_t + n * sC_n).to(tl.float32)
+                dtt, _ = _softplus(dtt)
             h = tl.exp(dtt[:, None] * A) * h + (dtt * ut)[:, None] * Bt[None, :]
+            if STORE_ALL:
+                tl.store(states + (t + 1) * E * N, h, mask=emask[:, None])
             y = tl.sum(h * Ct[None, :], axis=1)
             if HAS_D:
                 y += Dskip * ut
             if HAS_Z:
-                zt = _row(z_ptr, b, t, e, sz_b, sz_t, sz_e, emask)
                 y *= zt * _sigmoid(zt)
             tl.store(y_ptr + (b * L + t) * E + e, y, mask=emask)
 
@@ -85,8 +119,8 @@ def _scan_bwd_kernel(u_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr,
                      gu_ptr, gdt_ptr, gz_ptr, gA_ptr, gB_ptr, gC_ptr, gD_ptr, gbias_ptr, L, E, Bsz,
                      su_b, su_t, su_e, sdt_b, sdt_t, sdt_e, sz_b, sz_t, sz_e, sB_b, sB_t, sB_n, sC_b, sC_t, sC_n,
                      sgy_b, sgy_t, sgy_e,
-                     N: tl.constexpr, BLOCK_E: tl.constexpr, CHUNK: tl.constexpr, HAS_D: tl.constexpr,
-                     HAS_Z: tl.constexpr, HAS_BIAS: tl.constexpr, SOFTPLUS: tl.constexpr):
+                     N: tl.constexpr, BLOCK_E: tl.constexpr, CHUNK: tl.constexpr, STORE_ALL: tl.constexpr,
+                     HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_BIAS: tl.constexpr, SOFTPLUS: tl.constexpr):
     b = tl.program_id(0)
     pe = tl.program_id(1)
     e = pe * BLOCK_E + tl.arange(0, BLOCK_E)
@@ -99,44 +133,63 @@ def _scan_bwd_kernel(u_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr,
     if HAS_D:
         Dskip = tl.load(D_ptr + e, mask=emask, other=0.0)
         gD = tl.zeros([BLOCK_E], dtype=tl.float32)
-    # this program's scratch: slot s holds the state entering step s of the current chunk
-    scratch = (scratch_ptr + (b * tl.num_programs(1) + pe) * CHUNK * BLOCK_E * N
-               + tl.arange(0, BLOCK_E)[:, None] * N + n[None, :])
-    gh = tl.zeros([BLOCK_E, N], dtype=tl.float32)  # dL/dh_t, carried backwards in time across chunks
+    # spans and stored states as in the forward: store-all walks the sequence once, reading h_{t-1} from the states
+    if STORE_ALL:
+        span = L
+        n_states = L + 1
+    else:
+        span = CHUNK
+        n_states = tl.cdiv(L, CHUNK)
+        # this program's scratch: slot s holds the state entering step s of the current chunk
+        scratch = (scratch_ptr + (b * tl.num_programs(1) + pe) * CHUNK * BLOCK_E * N
+                   + tl.arange(0, BLOCK_E)[:, None] * N + n[None, :])
+    states = state_ptr + (b * n_states * E + e[:, None]) * N + n[None, :]  # + k * E * N: stored state k
+    gh = tl.zeros([BLOCK_E, N], dtype=tl.float32)  # dL/dh_t, carried backwards in time across spans
     gA = tl.zeros([BLOCK_E, N], dtype=tl.float32)
-    n_chunks = tl.cdiv(L, CHUNK)
-    for ci in range(n_chunks):
-        c = n_chunks - 1 - ci
-        start = c * CHUNK
-        end = tl.minimum(start + CHUNK, L)
-        h = tl.load(state_ptr + ((b * n_chunks + c) * E + e[:, None]) * N + n[None, :], mask=emask[:, None],
-                    other=0.0)
-        for t in range(start, end):
-            tl.store(scratch + (t - start) * BLOCK_E * N, h)
-            ut = _row(u_ptr, b, t, e, su_b, su_t, su_e, emask)
-            dtt = _row(dt_ptr, b, t, e, sdt_b, sdt_t, sdt_e, emask)
-            if HAS_BIAS:
-                dtt += bias
-            if SOFTPLUS:
-                dtt = _softplus(dtt)
-            Bt = tl.load(B_ptr + b * sB_b + t * sB_t + n * sB_n).to(tl.float32)
-            h = tl.exp(dtt[:, None] * A) * h + (dtt * ut)[:, None] * Bt[None, :]
-        # the reverse walk reads scratch slots other threads of this program may have written
-        tl.debug_barrier()
+    n_spans = tl.cdiv(L, span)
+    for ci in range(n_spans):
+        c = n_spans - 1 - ci
+        start = c * span
+        end = tl.minimum(start + span, L)
+        if STORE_ALL:
+            h = tl.load(states + L * E * N, mask=emask[:, None], other=0.0)
+        else:
+            h = tl.load(states + c * E * N, mask=emask[:, None], other=0.0)
+            for t in range(start, end):
+                tl.store(scratch + (t - start) * BLOCK_E * N, h)
+                ut = _row(u_ptr, b, t, e, su_b, su_t, su_e, emask)
+                dtt = _row(dt_ptr, b, t, e, sdt_b, sdt_t, sdt_e, emask)
+                Bt = tl.load(B_ptr + b * sB_b + t * sB_t + n * sB_n).to(tl.float32)
+                if HAS_BIAS:
+                    dtt += bias
+                if SOFTPLUS:
+                    dtt, _ = _softplus(dtt)
+                h = tl.exp(dtt[:, None] * A) * h + (dtt * ut)[:, None] * Bt[None, :]
+            # the reverse walk reads scratch slots other threads of this program may have written
+            tl.debug_barrier()
         for i in range(end - start):
             t = end - 1 - i
-            h_prev = tl.load(scratch + (t - start) * BLOCK_E * N)  # h is h_t, h_prev h_{t-1}
+            # the step's loads first: none depends on the carried gradient, so they are in flight together
+            # (h is h_t, h_prev h_{t-1})
+            if STORE_ALL:
+                h_prev = tl.load(states + t * E * N, mask=emask[:, None], other=0.0)
+            else:
+                h_prev = tl.load(scratch + (t - start) * BLOCK_E * N)
             ut = _row(u_ptr, b, t, e, su_b, su_t, su_e, emask)
             dt_in = _row(dt_ptr, b, t, e, sdt_b, sdt_t, sdt_e, emask)  # before softplus
-            if HAS_BIAS:
-                dt_in += bias
-            dtt = _softplus(dt_in) if SOFTPLUS else dt_in
             Bt = tl.load(B_ptr + b * sB_b + t * sB_t + n * sB_n).to(tl.float32)
             Ct = tl.load(C_ptr + b * sC_b + t * sC_t + n * sC_n).to(tl.float32)
             gy = _row(gy_ptr, b, t, e, sgy_b, sgy_t, sgy_e, emask)  # dL/d(output), then dL/d(ungated y)
-            row = (b * L + t) * E + e
             if HAS_Z:
                 zt = _row(z_ptr, b, t, e, sz_b, sz_t, sz_e, emask)
+            if HAS_BIAS:
+                dt_in += bias
+            if SOFTPLUS:
+                dtt, gsoftplus = _softplus(dt_in)
+            else:
+                dtt = dt_in
+            row = (b * L + t) * E + e
+            if HAS_Z:
                 sz = _sigmoid(zt)
                 y = tl.sum(h * Ct[None, :], axis=1)  # recomputed, not saved: one (BLOCK_E, N) product
                 if HAS_D:
@@ -147,25 +200,25 @@ def _scan_bwd_kernel(u_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr,
             part = (pe * Bsz * L + b * L + t) * N + n
             tl.store(gC_ptr + part, tl.sum(h * gy[:, None], axis=0))
             tl.store(gB_ptr + part, tl.sum(gh * (dtt * ut)[:, None], axis=0))
-            decay = tl.exp(dtt[:, None] * A)
-            gdecay = gh * decay * h_prev  # dL/d(dt A) through the decay
             ghB = tl.sum(gh * Bt[None, :], axis=1)
+            gh = gh * tl.exp(dtt[:, None] * A)  # dL/dh_{t-1}
+            gdecay = gh * h_prev  # dL/d(dt A) through the decay
             gdt = tl.sum(gdecay * A, axis=1) + ut * ghB
             gu = dtt * ghB
             if HAS_D:
                 gu += Dskip * gy
                 gD += gy * ut
             if SOFTPLUS:
-                gdt = gdt * _sigmoid(dt_in)
+                gdt = gdt * gsoftplus
             if HAS_BIAS:
                 gbias += gdt
             tl.store(gu_ptr + row, gu, mask=emask)
             tl.store(gdt_ptr + row, gdt, mask=emask)
             gA += gdecay * dtt[:, None]
-            gh = gh * decay
             h = h_prev
-        # the next chunk's forward walk overwrites slots this walk read
-        tl.debug_barrier()
+        if not STORE_ALL:
+            # the next chunk's forward walk overwrites slots this walk read
+            tl.debug_barrier()
     tl.store(gA_ptr + (b * E + e[:, None]) * N + n[None, :], gA, mask=emask[:, None])
     if HAS_D:
         tl.store(gD_ptr + b * E + e, gD, mask=emask)
@@ -192,15 +245,18 @@ class SelectiveScanFunction(torch.autograd.Function):
         N = A.shape[1]
         A, D, delta_bias = _f32(A), _f32(D), _f32(delta_bias)
         y = torch.empty(Bsz, L, E, device=u.device, dtype=torch.float32)
-        states = torch.empty(Bsz, triton.cdiv(L, CHUNK), E, N, device=u.device, dtype=torch.float32)
+        store_all = Bsz * (L + 1) * E * N * 4 <= STATE_BUDGET_BYTES
+        states = torch.empty(Bsz, L + 1 if store_all else triton.cdiv(L, CHUNK), E, N, device=u.device,
+                             dtype=torch.float32)
         block = _block_e(E)
         _scan_fwd_kernel[(Bsz, triton.cdiv(E, block))](
             u, dt, A, B, C, D, z, delta_bias, y, states, L, E,
             *u.stride(), *dt.stride(), *_strides(z), *B.stride(), *C.stride(),
-            N=N, BLOCK_E=block, CHUNK=CHUNK, HAS_D=D is not None, HAS_Z=z is not None,
+            N=N, BLOCK_E=block, CHUNK=CHUNK, STORE_ALL=store_all, HAS_D=D is not None, HAS_Z=z is not None,
             HAS_BIAS=delta_bias is not None, SOFTPLUS=delta_softplus)
         ctx.save_for_backward(u, dt, A, B, C, D, z, delta_bias, states)
         ctx.delta_softplus = delta_softplus
+        ctx.store_all = store_all
         return y
 
     @staticmethod
@@ -221,11 +277,11 @@ class SelectiveScanFunction(torch.autograd.Function):
         gA, gB, gC = f32(Bsz, E, N), f32(ne, Bsz, L, N), f32(ne, Bsz, L, N)
         gD = None if D is None else f32(Bsz, E)
         gbias = None if delta_bias is None else f32(Bsz, E)
-        scratch = f32(Bsz * ne, CHUNK, block, N)
+        scratch = None if ctx.store_all else f32(Bsz * ne, CHUNK, block, N)
         _scan_bwd_kernel[(Bsz, ne)](
             u, dt, A, B, C, D, z, delta_bias, states, gy, scratch, gu, gdt, gz, gA, gB, gC, gD, gbias, L, E, Bsz,
             *u.stride(), *dt.stride(), *_strides(z), *B.stride(), *C.stride(), *gy.stride(),
-            N=N, BLOCK_E=block, CHUNK=CHUNK, HAS_D=D is not None, HAS_Z=z is not None,
+            N=N, BLOCK_E=block, CHUNK=CHUNK, STORE_ALL=ctx.store_all, HAS_D=D is not None, HAS_Z=z is not None,
             HAS_BIAS=delta_bias is not None, SOFTPLUS=ctx.delta_softplus)
         # autograd casts each gradient to its input's dtype
         return (gu, gdt, gA.sum(0), gB.sum(0), gC.sum(0), None if gD is None else gD.sum(0), gz,

@@ -1,5 +1,6 @@
-"""Selective scan: the recurrence against the explicit sum, and the Triton kernel (chunked states, fused dt
-bias and softplus, D skip and z gate) against the recurrence, values and every gradient."""
+"""Selective scan: the recurrence against the explicit sum, and the Triton kernel (fused dt bias and softplus, D
+skip and z gate) in both modes, every state stored or chunked states recomputed, against the recurrence, values and
+every gradient."""
 import pytest
 import torch
 import torch.nn.functional as F
@@ -10,6 +11,15 @@ from zoo.kernels.selective_scan.fused_recurrent import selective_scan
 from zoo.kernels.selective_scan.naive import selective_scan_naive
 
 OPTIONS = ("D", "z", "delta_bias")
+MODES = ("store_all", "chunked")
+
+
+def use_mode(monkeypatch, mode, chunk):
+    """Make the Triton scan run in ``mode``: the test shapes fit the default budget, so chunked takes a zero budget
+    (and ``chunk`` steps a chunk)."""
+    if mode == "chunked":
+        monkeypatch.setattr(fused_recurrent, "STATE_BUDGET_BYTES", 0)
+        monkeypatch.setattr(fused_recurrent, "CHUNK", chunk)
 
 
 def scan_explicit(u, dt, A, B, C):
@@ -74,8 +84,9 @@ def test_naive_options_are_the_mamba_block_math():
     torch.testing.assert_close(selective_scan_naive(*args, **kw, delta_softplus=True), want)
 
 
-# (Bt, L, E, N), CHUNK, options, softplus: L a multiple of CHUNK, not one, and below it; E below, above and not a
-# multiple of the 32-channel block
+# (Bt, L, E, N), CHUNK (chunked mode), options, softplus: L a multiple of CHUNK, not one, and below it; E below, above
+# and not a multiple of the 32-channel block
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("shape, chunk, options, softplus", [
     ((2, 7, 40, 4), 4, OPTIONS, True),
     ((2, 8, 3, 2), 4, ("D", "delta_bias"), False),
@@ -83,16 +94,18 @@ def test_naive_options_are_the_mamba_block_math():
     ((2, 20, 5, 4), 16, OPTIONS, True),
     ((1, 6, 4, 4), 2, ("z",), True),
 ])
-def test_triton_matches_naive(monkeypatch, shape, chunk, options, softplus):
-    monkeypatch.setattr(fused_recurrent, "CHUNK", chunk)
+def test_triton_matches_naive(monkeypatch, mode, shape, chunk, options, softplus):
+    use_mode(monkeypatch, mode, chunk)
     assert_triton_matches_naive(shape, options, softplus, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
-def test_triton_takes_strided_low_precision_views(device):
+def test_triton_takes_strided_low_precision_views(monkeypatch, device, mode):
     """x, z as halves of one bf16 projection and B, C as slices of another (Mamba's in_proj and x_proj): the kernel
     reads them in place, and its gradients come back in bf16, matching the recurrence on the same values."""
     Bt, L, E, N = 2, 5, 6, 4
+    use_mode(monkeypatch, mode, chunk=2)  # L not a multiple of the chunk
     g = torch.Generator().manual_seed(1)
     xz = torch.randn(Bt, L, 2 * E, generator=g).bfloat16().requires_grad_()
     dbc = torch.randn(Bt, L, 3 + 2 * N, generator=g).bfloat16().requires_grad_()
@@ -115,18 +128,32 @@ def test_triton_takes_strided_low_precision_views(device):
         torch.testing.assert_close(g_.double(), w, rtol=1e-2, atol=1e-2)
 
 
-def test_triton_is_bit_reproducible(monkeypatch):
-    monkeypatch.setattr(fused_recurrent, "CHUNK", 4)
+@pytest.mark.parametrize("mode", MODES)
+def test_triton_is_bit_reproducible(monkeypatch, mode):
+    use_mode(monkeypatch, mode, chunk=4)
     args, kwargs = inputs(2, 9, 40, 4, torch.float32, options=OPTIONS)
     gy = torch.randn(2, 9, 40)
     first, second = (grads(selective_scan, args, kwargs, gy, softplus=True) for _ in range(2))
     assert all(torch.equal(a, b) for a, b in zip(first, second))
 
 
+def test_triton_stores_every_state_within_the_budget_and_chunks_above_it(monkeypatch):
+    Bt, L, E, N = 2, 9, 3, 4
+    monkeypatch.setattr(fused_recurrent, "CHUNK", 4)
+    args, _ = inputs(Bt, L, E, N, torch.float32)
+    every_state = Bt * (L + 1) * E * N * 4  # bytes of float32 h_0 .. h_L
+    for budget, store_all, n_states in ((every_state, True, L + 1), (every_state - 1, False, 3)):
+        monkeypatch.setattr(fused_recurrent, "STATE_BUDGET_BYTES", budget)
+        ctx = selective_scan(*args).grad_fn
+        assert ctx.store_all is store_all and ctx.saved_tensors[-1].shape == (Bt, n_states, E, N)
+
+
 @pytest.mark.gpu
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("shape, options", [((2, 64, 256, 16), ()), ((3, 130, 100, 16), OPTIONS),
                                             ((2, 256, 64, 8), OPTIONS)])
-def test_triton_matches_naive_on_gpu(shape, options):
+def test_triton_matches_naive_on_gpu(monkeypatch, mode, shape, options):
+    use_mode(monkeypatch, mode, chunk=fused_recurrent.CHUNK)
     args, kwargs = inputs(*shape, torch.float32, device="cuda", options=options)
     gy = torch.randn(shape[:3], device="cuda")
     backend.clear()
