@@ -66,6 +66,8 @@ class MixerLM(L.LightningModule):
         cfgs: one run config per member, equal except for ``train.lr`` (and the run id).
         models: the members' models, built under each member's seed.
         on_epoch: ``on_epoch(i, metrics)`` after member ``i``'s validation (writes its logs).
+        on_stop: ``on_stop(i)`` once member ``i`` has stopped (its outcome set, its last checkpoint written),
+            while the others may go on training: its result can be kept at once.
         rng_states: each member's random state after its model was built (its own dropout stream).
         run_dirs: where each member's checkpoint is written after every epoch (``train.checkpoint``).
         resume: each member's checkpoint (``zoo.checkpoint``) to continue from, or None.
@@ -73,14 +75,14 @@ class MixerLM(L.LightningModule):
 
     def __init__(self, cfgs: list[DictConfig], models: list[nn.Module], segment_names: list[str],
                  steps_per_epoch: int, bf16: bool, on_epoch=None, rng_states: list | None = None,
-                 run_dirs: list | None = None, resume: list[dict] | None = None):
+                 run_dirs: list | None = None, resume: list[dict] | None = None, on_stop=None):
         super().__init__()
         self.automatic_optimization = False
         self.cfgs, self.models, self.bf16 = cfgs, nn.ModuleList(models), bf16
         self.train_cfg = cfgs[0].train
         self.segment_names = segment_names
         self.steps_per_epoch = steps_per_epoch
-        self.on_epoch = on_epoch
+        self.on_epoch, self.on_stop = on_epoch, on_stop
         self.rng_states = rng_states or [None] * len(models)
         self.step_fn: TrainStep | None = None
         self.histories: list[list[dict]] = [[] for _ in models]  # test metrics per epoch, per member
@@ -116,6 +118,7 @@ class MixerLM(L.LightningModule):
 
     def on_train_epoch_start(self) -> None:
         self.epoch_started = time.perf_counter()
+        self.training_members = [o is None for o in self.outcomes]  # those that stop in this epoch go to on_stop
 
     def on_validation_epoch_start(self) -> None:
         if self.device.type == "cuda":
@@ -182,6 +185,10 @@ class MixerLM(L.LightningModule):
             for i, outcome in enumerate(self.outcomes):
                 if outcome is None:
                     self._stop(i, "timeout", f"train.timeout={timeout} s reached after epoch {self.epoch}")
+        if self.on_stop is not None:
+            for i, was_training in enumerate(self.training_members):
+                if was_training and self.outcomes[i] is not None:
+                    self.on_stop(i)
 
     def _save_checkpoints(self) -> None:
         """Each member still training, or stopped in this epoch, writes its checkpoint (zoo.checkpoint)."""

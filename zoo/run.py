@@ -50,9 +50,13 @@ def _quiet_lightning() -> None:
 
 
 def train_group(cfgs: list[DictConfig], run_dirs: list[Path], device: torch.device | None = None,
-                quiet: bool = False) -> list[dict]:
+                quiet: bool = False, on_member_done=None) -> list[dict]:
     """Train runs that differ only in ``train.lr`` side by side on one data stream (see ``zoo.step``);
-    return one result record per run, each as if the run had been trained alone."""
+    return one result record per run, each as if the run had been trained alone.
+
+    ``on_member_done(i, record)`` receives member ``i``'s final record as soon as it stops (early stop, divergence,
+    timeout) while others train on, so a sweep can keep it even if the group is cut short later; the returned
+    list holds that same record."""
     _quiet_lightning()
     import lightning as L
     from lightning.pytorch.callbacks import TQDMProgressBar
@@ -73,6 +77,7 @@ def train_group(cfgs: list[DictConfig], run_dirs: list[Path], device: torch.devi
                 "group_size": len(cfgs), "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
                 "started": time.time(), "epochs": 0, "history": []} for c in cfgs]
     lit = None
+    reported: set[int] = set()  # members whose final record went to on_member_done
     try:
         L.seed_everything(cfg.seed, verbose=False)
         t0 = time.perf_counter()
@@ -121,8 +126,18 @@ def train_group(cfgs: list[DictConfig], run_dirs: list[Path], device: torch.devi
             for i, state in enumerate(resume):
                 for entry in state["history"]:  # metrics.csv is written anew from the whole history
                     log_epoch(i, entry)
+        def member_done(i: int) -> None:
+            status, reason = lit.outcomes[i]
+            records[i].update(status=status, stop_reason=reason, train_seconds=time.perf_counter() - t1,
+                              error=reason if status != "completed" else None)
+            _summarise(records[i], lit.histories[i])
+            reported.add(i)
+            on_member_done(i, records[i])
+
+        t1 = time.perf_counter()
         lit = MixerLM(cfgs, models, [s.name for s in data.test_segments], steps, bf16=precision == "bf16",
-                      on_epoch=log_epoch, rng_states=rng_states, run_dirs=run_dirs, resume=resume)
+                      on_epoch=log_epoch, rng_states=rng_states, run_dirs=run_dirs, resume=resume,
+                      on_stop=member_done if on_member_done is not None else None)
         remaining = cfg.train.max_epochs - lit.epoch_offset
         show_bar = cfg.train.progress_bar and not quiet and len(cfgs) == 1
         trainer = L.Trainer(
@@ -133,11 +148,12 @@ def train_group(cfgs: list[DictConfig], run_dirs: list[Path], device: torch.devi
             enable_checkpointing=False, enable_progress_bar=show_bar, enable_model_summary=False,
             num_sanity_val_steps=0, default_root_dir=run_dirs[0],
         )
-        t1 = time.perf_counter()
         if remaining > 0 and any(o is None for o in lit.outcomes):
             trainer.fit(lit, datamodule=data)
         train_seconds = time.perf_counter() - t1
-        for record, outcome in zip(records, lit.outcomes):
+        for i, (record, outcome) in enumerate(zip(records, lit.outcomes)):
+            if i in reported:
+                continue
             status, reason = outcome or ("completed", "max_epochs reached")
             record.update(status=status, stop_reason=reason, train_seconds=train_seconds,
                           error=reason if status != "completed" else None)
@@ -146,28 +162,34 @@ def train_group(cfgs: list[DictConfig], run_dirs: list[Path], device: torch.devi
             err_text = f"CUDA out of memory: {str(err).splitlines()[0]}"
         else:
             err_text = "".join(traceback.format_exception(err)[-6:])
-        for record in records:
-            record.update(status="failed", error=err_text)
+        for i, record in enumerate(records):
+            if i not in reported:
+                record.update(status="failed", error=err_text)
     for i, record in enumerate(records):
-        history = lit.histories[i] if lit is not None else []
-        record["history"] = history
-        record["epochs"] = len(history)
-        if history:
-            record["final_accuracy"] = history[-1]["test/acc"]
-            if "test/macro_acc" in history[-1]:  # MAD's metric (zoo.lit.macro_accuracy), of the final model as MAD reports
-                record["final_macro_accuracy"] = history[-1]["test/macro_acc"]
-            best = max(history, key=lambda h: h["test/acc"])
-            if "chance" in record and record["chance"] < 1:
-                record["chance_corrected_accuracy"] = (best["test/acc"] - record["chance"]) / (1 - record["chance"])
-            record.update(accuracy=best["test/acc"], seq_accuracy=best["test/seq_acc"], best_epoch=best["epoch"],
-                          segment_accuracy={k.split("/", 2)[2]: v for k, v in best.items()
-                                            if k.startswith("test/acc/")})
-            seconds = [h["train_seconds"] for h in history if h["train_seconds"] is not None]
-            if seconds:
-                record["seconds_per_epoch"] = sum(seconds) / len(seconds)
-        record["finished"] = time.time()
-        record["wall_seconds"] = record["finished"] - record["started"]
+        if i not in reported:
+            _summarise(record, lit.histories[i] if lit is not None else [])
     return records
+
+
+def _summarise(record: dict, history: list[dict]) -> None:
+    """Complete a run's final ``record`` from its per-epoch ``history``: best and final accuracy, epochs, timing."""
+    record["history"] = history
+    record["epochs"] = len(history)
+    if history:
+        record["final_accuracy"] = history[-1]["test/acc"]
+        if "test/macro_acc" in history[-1]:  # MAD's metric (zoo.lit.macro_accuracy), of the final model as MAD reports
+            record["final_macro_accuracy"] = history[-1]["test/macro_acc"]
+        best = max(history, key=lambda h: h["test/acc"])
+        if "chance" in record and record["chance"] < 1:
+            record["chance_corrected_accuracy"] = (best["test/acc"] - record["chance"]) / (1 - record["chance"])
+        record.update(accuracy=best["test/acc"], seq_accuracy=best["test/seq_acc"], best_epoch=best["epoch"],
+                      segment_accuracy={k.split("/", 2)[2]: v for k, v in best.items()
+                                        if k.startswith("test/acc/")})
+        seconds = [h["train_seconds"] for h in history if h["train_seconds"] is not None]
+        if seconds:
+            record["seconds_per_epoch"] = sum(seconds) / len(seconds)
+    record["finished"] = time.time()
+    record["wall_seconds"] = record["finished"] - record["started"]
 
 
 def load_config(path: str | None, overrides: list[str]) -> DictConfig:

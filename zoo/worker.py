@@ -3,7 +3,9 @@
 
 It reads groups of run folders from standard input, one JSON list per line; trains each group in this
 process (``zoo.run.train_group``: runs that differ only in lr side by side, a single run being a group of
-one), then writes the group's result records as one JSON list per line on file descriptor ``<reply fd>``.
+one) and writes to file descriptor ``<reply fd>``, one JSON value per line: ``{"member": i, "record": ...}``
+as soon as member i of the group stops while others train on (so its result is kept even if the group is cut
+short later), then the group's result records as one list.
 It writes no result file: the sweep process does (``zoo.results.write_result``). Python, CUDA and Triton
 start once per worker, not per run. After each group the worker hands its cached GPU memory back to the
 driver: workers share a GPU, and memory one group cached but no longer uses must not run the next group of
@@ -32,7 +34,8 @@ def main(reply_fd: int) -> int:
             run_dirs = [Path(d) for d in json.loads(line)]
             print(f"zoo.worker: training {', '.join(d.name for d in run_dirs)}", flush=True)
             cfgs = [make_run_config(OmegaConf.load(d / "config.yaml")) for d in run_dirs]
-            records = train_group(cfgs, run_dirs, quiet=True)
+            records = train_group(cfgs, run_dirs, quiet=True, on_member_done=lambda i, record: reply.write(
+                json.dumps({"member": i, "record": record}, default=str) + "\n"))
             release_gpu_memory()
             reply.write(json.dumps(records, default=str) + "\n")
     return 0

@@ -91,6 +91,25 @@ class WaitsWhileFileExists(_Linear):
         return self.proj(x)
 
 
+@register_mixer("test_wait_after_first_epoch")
+class WaitsAfterFirstEpoch(_Linear):
+    """Trains like a linear layer for ZOO_TEST_WAIT_AFTER forward calls in its process (its first epoch), then blocks
+    while the file named by ZOO_TEST_WAIT_FILE exists: a group is held in its second epoch, after a member stopped."""
+
+    calls = 0
+
+    def forward(self, x):
+        import os
+        import time
+
+        if not x.is_meta:
+            WaitsAfterFirstEpoch.calls += 1
+            flag = os.environ.get("ZOO_TEST_WAIT_FILE")
+            while WaitsAfterFirstEpoch.calls > int(os.environ["ZOO_TEST_WAIT_AFTER"]) and flag and os.path.exists(flag):
+                time.sleep(0.05)
+        return self.proj(x)
+
+
 @register_mixer("test_oom_once")
 class RunsOutOfMemoryOnce(_Linear):
     """Out of GPU memory on its first real call anywhere (it leaves the file ZOO_TEST_OOM_MARK behind), then trains

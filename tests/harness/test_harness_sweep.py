@@ -175,6 +175,39 @@ def test_killed_sweep_resumes_without_duplicates(write_sweep, tmp_path, faulty_m
     assert {i: s for i, s in ((r["id"], r["started"]) for r in records) if i in before} == before
 
 
+def test_a_member_that_stops_early_is_kept_when_its_group_is_killed(write_sweep, tmp_path, faulty_mixers, tiny_base,
+                                                                    monkeypatch):
+    """A group of two lrs: one diverges in epoch 0, the other is held in epoch 1 (no race with the clock). The
+    diverged member's result is written while its group still trains, so killing the sweep then loses nothing; the
+    rerun trains only the other member."""
+    wait_file = tmp_path / "hold"
+    wait_file.touch()
+    monkeypatch.setenv("ZOO_TEST_WAIT_FILE", str(wait_file))
+    # epoch 0: 4 training steps of both members and 1 test batch of the member left, one forward each; the 10th call
+    # is in epoch 1
+    monkeypatch.setenv("ZOO_TEST_WAIT_AFTER", "9")
+    base = tiny_base(max_epochs=3)
+    base["imports"] = [faulty_mixers]
+    base["model"]["mixer"] = "test_wait_after_first_epoch"
+    path = write_sweep(grid={"train.lr": [1e-3, 1e30]}, base=base)
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-m", "zoo.sweep", str(path), "--cpu-workers", "1"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, preexec_fn=_default_sigint)
+    deadline = time.time() + 300
+    while not read_jsonl(out / "results.jsonl") and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=120)
+    (diverged,) = read_jsonl(out / "results.jsonl")
+    assert diverged["status"] == "diverged" and diverged["lr"] == 1e30
+    assert json.loads((out / "runs" / diverged["id"] / "result.json").read_text())["status"] == "diverged"
+    wait_file.unlink()
+    assert sweep_main([str(path)]) == 0
+    records = read_jsonl(out / "results.jsonl")
+    assert [r["id"] for r in records][0] == diverged["id"] and len({r["id"] for r in records}) == len(records) == 2
+    assert records[1]["status"] == "completed" and records[1]["epochs"] == 3
+
+
 def test_result_json_written_but_not_logged_is_repaired(write_sweep, tmp_path):
     """A sweep killed between writing result.json and appending results.jsonl loses nothing."""
     path = write_sweep(grid={"model.mixer": ["softmax"]})

@@ -71,17 +71,28 @@ class Worker:
                                      stdin=subprocess.PIPE, stdout=self.log_file, stderr=subprocess.STDOUT,
                                      pass_fds=(write_fd,), preexec_fn=_die_with_parent)
         os.close(write_fd)
-        self.replies = os.fdopen(read_fd, "r")
+        self.replies = read_fd
+        self.unread = b""  # the start of a reply line not yet complete
         self.group: list | None = None
+        self.done: set[int] = set()  # members of the group whose final record came before the group's
         self.started = 0.0
 
     def start(self, group: list, run_dirs: list[Path]) -> None:
-        self.group, self.started = group, time.time()
+        self.group, self.done, self.started = group, set(), time.time()
         try:
             self.proc.stdin.write(json.dumps([str(d) for d in run_dirs]) + "\n")
             self.proc.stdin.flush()
         except BrokenPipeError:  # the worker died: the loop records its group as failed
             pass
+
+    def read_replies(self) -> list:
+        """The reply lines complete so far, parsed (call when ``replies`` is readable). Read unbuffered: a worker
+        may write several lines at once, and a buffered reader would keep the later ones where ``select`` does
+        not see them. A torn line (the worker died mid-write) stays unread; the death is noticed by ``poll``."""
+        data = os.read(self.replies, 1 << 20)
+        lines = (self.unread + data).split(b"\n")
+        self.unread = lines.pop()
+        return [json.loads(line) for line in lines if line.strip()]
 
     def time_limit(self) -> float | None:
         """Seconds after which the group counts as hung: its longest train.timeout plus HANG_GRACE_S."""
@@ -95,7 +106,7 @@ class Worker:
             self.proc.stdin.close()
         except BrokenPipeError:
             pass
-        self.replies.close()
+        os.close(self.replies)
         self.log_file.close()
 
 
@@ -131,24 +142,27 @@ def train(groups: list[list], out: Path, options: Options, finish, running) -> N
     queue = list(groups)
     workers: list[Worker] = []
     idle_deaths = 0
-    oom_retries: dict[int, int] = {}  # id(group) -> times requeued
+    oom_retries: dict[tuple, int] = {}  # the run ids of a group -> times requeued
 
     def settle(worker: Worker, records: list[dict] | None, error: str = "") -> None:
         """Hand on the worker's group: the records it returned, or one crash/timeout record per run. A group
         that ran out of GPU memory while other workers shared its GPU is tried again later instead (from its
         checkpoints), up to OOM_RETRIES times: the memory was most likely taken by the others."""
-        group = worker.group
-        tries = oom_retries.get(id(group), 0)
+        left = [i for i in range(len(worker.group)) if i not in worker.done]  # members without a final record yet
+        group = [worker.group[i] for i in left]
+        records = [records[i] for i in left] if records else None
+        key = tuple(run.id for run in group)
+        tries = oom_retries.get(key, 0)
         shared_gpu = worker.slot != "" and slots.count(worker.slot) > 1
         if records and shared_gpu and tries < OOM_RETRIES and out_of_memory(records):
-            oom_retries[id(group)] = tries + 1
-            print(f"zoo: {', '.join(run.id for run in group)} ran out of GPU memory beside other runs; "
+            oom_retries[key] = tries + 1
+            print(f"zoo: {', '.join(key)} ran out of GPU memory beside other runs; "
                   f"queued again (try {tries + 2} of {OOM_RETRIES + 1})", flush=True)
             queue.append(group)
             worker.group = None
             return
-        for i, run in enumerate(group):
-            finish(run, records[i] if records else crash_record(run, error))
+        for run, record in zip(group, records or [crash_record(run, error) for run in group]):
+            finish(run, record)
         worker.group = None
 
     try:
@@ -181,13 +195,14 @@ def train(groups: list[list], out: Path, options: Options, finish, running) -> N
             busy = [w for w in workers if w.group]
             ready, _, _ = select.select([w.replies for w in busy], [], [], 0.2)
             for w in busy:
-                if w.replies in ready:
-                    line = w.replies.readline()
-                    try:
-                        records = json.loads(line)
-                    except ValueError:  # end of file or a torn reply: the worker died; the next pass records it
-                        continue
-                    settle(w, records)
+                if w.replies not in ready:
+                    continue
+                for reply in w.read_replies():  # nothing at end of file: the worker died; the next pass records it
+                    if isinstance(reply, dict):  # one member stopped early: its result is final now
+                        w.done.add(reply["member"])
+                        finish(w.group[reply["member"]], reply["record"])
+                    else:
+                        settle(w, reply)
     finally:  # on Ctrl-C or any error: stop the workers; their runs stay unfinished
         for w in workers:
             w.stop()
