@@ -99,13 +99,18 @@ def _setup(row) -> str:
     return " ".join(named) or "-"
 
 
+def _setting_columns(board: pd.DataFrame, exclude) -> list[str]:
+    """The board's setting columns (those before ``accuracy``) other than ``exclude``."""
+    return [c for c in board.columns[: list(board.columns).index("accuracy")] if c not in exclude]
+
+
 def pivot(board: pd.DataFrame) -> pd.DataFrame:
     """Mixers x cells mean accuracy, with a mean column; best mixer first.
 
     Model settings a sweep varied (``model.mixer_kwargs.*``, ``model.init``, ``model.positions``, ...) describe
     a variant of the mixer, not a cell: they join the row label as one ``setup`` text, so an ablation reads
     as one row per variant instead of one sparse column each."""
-    extra = [c for c in board.columns[: list(board.columns).index("accuracy")] if c not in ("task", "mixer")]
+    extra = _setting_columns(board, ("task", "mixer"))
     model_keys = [c for c in extra if c.startswith("model.")]
     index = ["task", "mixer"]
     if model_keys:
@@ -147,7 +152,7 @@ def recall_grid(board: pd.DataFrame):
 
     from zoo.plotstyle import mixer_colour
 
-    extra = [c for c in board.columns[: list(board.columns).index("accuracy")] if c not in CELL]
+    extra = _setting_columns(board, CELL)
     task_keys = ["seq_len"] + [c for c in extra if "." not in c]  # task parameters have no dot
     panels = list(board.groupby(["task"] + task_keys, sort=True))
     # a setting with one value in every panel (the training segments, which follow N) tells no line apart
