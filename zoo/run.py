@@ -126,7 +126,8 @@ def train_group(cfgs: list[DictConfig], run_dirs: list[Path], device: torch.devi
             for i, state in enumerate(resume):
                 for entry in state["history"]:  # metrics.csv is written anew from the whole history
                     log_epoch(i, entry)
-        def member_done(i: int) -> None:
+
+        def member_done(i: int) -> None:  # MixerLM's on_stop: member i's record is final, hand it on now
             status, reason = lit.outcomes[i]
             records[i].update(status=status, stop_reason=reason, train_seconds=time.perf_counter() - t1,
                               error=reason if status != "completed" else None)
