@@ -9,7 +9,11 @@ picks one of two modes per call:
   steps, so it is latency-bound, not bandwidth-bound: on an H100 (Bt=256, L=256, E=256, N=16, bf16 inputs, one
   training step of a 2-layer Mamba) the earlier kernel that stored every state (before the elementwise work was
   fused) took 1.07 ms of forward and 2.15 ms of backward per training step, the chunked mode 1.40 and 5.31 ms: its
-  second walk per chunk doubles the chain, and the memory traffic it saves was not the bottleneck.
+  second walk per chunk doubles the chain, and the memory traffic it saves was not the bottleneck. This kernel,
+  store-all with the options fused, took 1.59 and 4.81 ms there: slower per call than the plain scan (it needs 128
+  registers a thread against 64, so fewer programs an SM; num_warps, BLOCK_E and loading the next step's rows early
+  are still to tune on a GPU), yet the whole Mamba step went from 12.36 to 11.45 ms, the eager elementwise work
+  around the scan being gone.
 * chunked, where the states would exceed ``STATE_BUDGET_BYTES``: the forward stores only the state entering each
   chunk of ``CHUNK`` steps (1/CHUNK of the memory), and the backward, chunk by chunk from the last, walks the
   chunk forward again from that state (keeping each step's incoming state in a per-program scratch of CHUNK
