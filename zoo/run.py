@@ -128,9 +128,7 @@ def train_group(cfgs: list[DictConfig], run_dirs: list[Path], device: torch.devi
                     log_epoch(i, entry)
 
         def member_done(i: int) -> None:  # MixerLM's on_stop: member i's record is final, hand it on now
-            status, reason = lit.outcomes[i]
-            records[i].update(status=status, stop_reason=reason, train_seconds=time.perf_counter() - t1,
-                              error=reason if status != "completed" else None)
+            _set_outcome(records[i], lit.outcomes[i], time.perf_counter() - t1)
             _summarise(records[i], lit.histories[i])
             reported.add(i)
             on_member_done(i, records[i])
@@ -155,9 +153,7 @@ def train_group(cfgs: list[DictConfig], run_dirs: list[Path], device: torch.devi
         for i, (record, outcome) in enumerate(zip(records, lit.outcomes)):
             if i in reported:
                 continue
-            status, reason = outcome or ("completed", "max_epochs reached")
-            record.update(status=status, stop_reason=reason, train_seconds=train_seconds,
-                          error=reason if status != "completed" else None)
+            _set_outcome(record, outcome or ("completed", "max_epochs reached"), train_seconds)
     except Exception as err:  # recorded, never raised: one bad run must not stop a sweep
         if isinstance(err, torch.cuda.OutOfMemoryError):
             err_text = f"CUDA out of memory: {str(err).splitlines()[0]}"
@@ -170,6 +166,13 @@ def train_group(cfgs: list[DictConfig], run_dirs: list[Path], device: torch.devi
         if i not in reported:
             _summarise(record, lit.histories[i] if lit is not None else [])
     return records
+
+
+def _set_outcome(record: dict, outcome: tuple[str, str], train_seconds: float) -> None:
+    """A run's final status, why it stopped (also its error unless it completed) and its training time."""
+    status, reason = outcome
+    record.update(status=status, stop_reason=reason, train_seconds=train_seconds,
+                  error=reason if status != "completed" else None)
 
 
 def _summarise(record: dict, history: list[dict]) -> None:
