@@ -24,7 +24,8 @@ too. Two axes may not set the same key. The runs are expanded lazily, so ``--dry
 ``--count`` of a huge grid start at once and use flat memory.
 
 Selections (``--only key=value``, repeatable) train part of a sweep without changing it: only the runs
-whose config has that value for that key (``--only task.params.input_seq_len=128 --only model.mixer=swa``),
+whose config has that value for that key (``--only task.params.input_seq_len=128 --only model.mixer=swa``);
+one key given several times keeps the runs with any of its values (``--only model.mixer=swa --only model.mixer=based``),
 with the same run ids and folders as in the whole sweep, so a slice can be run first and the rest later.
 Overrides change runs (new ids); selections only choose among them. A selection reads the base and the grid,
 not the ``mixer_kwargs`` block (select by ``model.mixer`` there).
@@ -252,18 +253,27 @@ def _check_disjoint(axes: list[Axis]) -> None:
             owner[key] = axis.name
 
 
-def _select(axes: list[Axis], base: dict, item: str) -> list[Axis]:
-    """``axes`` narrowed to the runs whose resolved config has ``key == value`` (``item`` is ``key=value``)."""
-    try:
-        key, value = _parse_override(item)
-    except ConfigError as err:
-        raise ConfigError("--only", item, err.allowed) from None
-    if not is_config_key(key):
-        raise ConfigError("--only", item, "key=value with a run-config key, e.g. model.mixer=swa")
-    try:
-        value = _get(resolve(_with(base, {key: value})), key)  # the type and form every run's config has (1e-3 -> 0.001)
-    except ConfigError as err:
-        raise ConfigError("--only", item, err.allowed) from None
+def _selection(base: dict, items: list[str]) -> dict[str, list]:
+    """``--only`` items (``key=value``) -> {key: [values]}, each value in the form every run's config has
+    (1e-3 -> 0.001); a key given several times keeps all its values."""
+    chosen: dict[str, list] = {}
+    for item in items:
+        try:
+            key, value = _parse_override(item)
+        except ConfigError as err:
+            raise ConfigError("--only", item, err.allowed) from None
+        if not is_config_key(key):
+            raise ConfigError("--only", item, "key=value with a run-config key, e.g. model.mixer=swa")
+        try:
+            chosen.setdefault(key, []).append(_get(resolve(_with(base, {key: value})), key))
+        except ConfigError as err:
+            raise ConfigError("--only", item, err.allowed) from None
+    return chosen
+
+
+def _select(axes: list[Axis], base: dict, key: str, chosen: list) -> list[Axis]:
+    """``axes`` narrowed to the runs whose resolved config has one of the ``chosen`` values for ``key``."""
+    item = " ".join(f"{key}={value}" for value in chosen)
 
     def value_with(setting: dict):
         try:
@@ -280,12 +290,14 @@ def _select(axes: list[Axis], base: dict, item: str) -> list[Axis]:
         if touches(axis):
             values = [value_with(setting) for setting in axis.settings]
             seen = values
-            keep = [i for i, v in enumerate(values) if v == value]
+            keep = [i for i, v in enumerate(values) if v in chosen]
             axis = Axis(axis.name, [axis.settings[i] for i in keep], [axis.labels[i] for i in keep])
         narrowed.append(axis)
-    if (not any(touches(axis) for axis in axes) and seen[0] != value) or any(not a.settings for a in narrowed):
+    missing = [value for value in chosen if value not in seen]
+    if missing or any(not a.settings for a in narrowed):
         shown = sorted({repr(v) for v in seen})
-        raise ConfigError("--only", item, f"a value some run of the sweep has for {key}: {', '.join(shown)}")
+        raise ConfigError("--only", " ".join(f"{key}={value}" for value in missing) or item,
+                          f"a value some run of the sweep has for {key}: {', '.join(shown)}")
     return narrowed
 
 
@@ -321,8 +333,8 @@ def load_sweep(path: str | Path, overrides: list[str] = (), out: str | None = No
         check_mixer_kwargs(mixer, kwargs, f"mixer_kwargs.{mixer}")
     axes = [_axis(axis, values, base, pinned) for axis, values in spec["grid"].items()]
     _check_disjoint(axes)
-    for item in only:
-        axes = _select(axes, base, item)
+    for key, chosen in _selection(base, list(only)).items():
+        axes = _select(axes, base, key, chosen)
     sweep = Sweep(name, Path(out or spec["out"] or f"outputs/{name}"), spec["runs_per_gpu"], base, axes,
                   spec["mixer_kwargs"])
     if not lazy:

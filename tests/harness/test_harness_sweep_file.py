@@ -130,6 +130,9 @@ def test_only_selects_runs_without_changing_them(write_sweep):
         assert run.id in whole and run.cfg.task.params.num_kv_pairs == 4 and run.cfg.model.mixer == "swa"
     assert {r.cfg.train.lr for r in load_sweep(path, only=["train.lr=1e-2"]).runs} == {0.01}  # 1e-2 read as 0.01
     assert len(load_sweep(path, only=["model.n_layers=1"]).runs) == 8  # a base key every run has: all of them
+    both = load_sweep(path, only=["model.mixer=swa", "train.lr=1e-2", "model.mixer=softmax"])  # one key twice: either
+    assert {(r.cfg.model.mixer, r.cfg.train.lr) for r in both.runs} == {("swa", 0.01), ("softmax", 0.01)}
+    assert len(both.runs) == 4 and {r.id for r in both.runs} <= set(whole)
 
 
 @pytest.mark.parametrize("item, allowed", [
@@ -137,9 +140,10 @@ def test_only_selects_runs_without_changing_them(write_sweep):
     ("model.n_layers=3", "model.n_layers: 1"),
     ("lr=1", "a run-config key"),
     ("model.mixer", "key=value"),
+    ("model.mixer=based", "model.mixer: 'softmax'"),  # one of a key's values that no run has is refused too
 ])
 def test_only_that_selects_nothing_is_a_config_error(write_sweep, item, allowed, capsys):
     path = write_sweep(grid={"shape": SHAPES, "model.mixer": ["softmax"]})
-    assert sweep_main([str(path), "--only", item, "--dry-run"]) == 2
+    assert sweep_main([str(path), "--only", "model.mixer=softmax", "--only", item, "--dry-run"]) == 2
     err = capsys.readouterr().err
     assert "--only" in err and allowed in err
