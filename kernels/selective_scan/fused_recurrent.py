@@ -24,6 +24,8 @@ the batch) and the wrapper sums them: no atomics, so a run is bit-reproducible.
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 import triton
 import triton.language as tl
@@ -230,8 +232,16 @@ def _scan_bwd_kernel(u_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr,
         tl.store(gbias_ptr + b * E + e, gbias, mask=emask)
 
 
-def _block_e(E: int) -> int:
-    return min(triton.next_power_of_2(E), 32)
+class Launch(NamedTuple):
+    """How the scan kernels are launched: channels per program, warps per program, software-pipelining stages of
+    the time loop. ``python -m zoo.kernels.bench --selective-scan ...`` times the choices on a GPU."""
+    block_e: int = 32
+    num_warps: int = 4
+    num_stages: int = 1
+
+
+def _block_e(E: int, launch: Launch) -> int:
+    return min(triton.next_power_of_2(E), launch.block_e)
 
 
 def _strides(x: torch.Tensor | None) -> tuple[int, ...]:
@@ -244,7 +254,7 @@ def _f32(x: torch.Tensor | None) -> torch.Tensor | None:
 
 class SelectiveScanFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, u, dt, A, B, C, D, z, delta_bias, delta_softplus):
+    def forward(ctx, u, dt, A, B, C, D, z, delta_bias, delta_softplus, launch):
         Bsz, L, E = u.shape
         N = A.shape[1]
         A, D, delta_bias = _f32(A), _f32(D), _f32(delta_bias)
@@ -252,15 +262,17 @@ class SelectiveScanFunction(torch.autograd.Function):
         store_all = Bsz * (L + 1) * E * N * 4 <= STATE_BUDGET_BYTES
         states = torch.empty(Bsz, L + 1 if store_all else triton.cdiv(L, CHUNK), E, N, device=u.device,
                              dtype=torch.float32)
-        block = _block_e(E)
+        block = _block_e(E, launch)
         _scan_fwd_kernel[(Bsz, triton.cdiv(E, block))](
             u, dt, A, B, C, D, z, delta_bias, y, states, L, E,
             *u.stride(), *dt.stride(), *_strides(z), *B.stride(), *C.stride(),
-            N=N, BLOCK_E=block, CHUNK=CHUNK, STORE_ALL=store_all, HAS_D=D is not None, HAS_Z=z is not None,
-            HAS_BIAS=delta_bias is not None, SOFTPLUS=delta_softplus)
+            N=N, BLOCK_E=block, CHUNK=CHUNK, STORE_ALL=store_all, HAS_D=D is not None,
+            HAS_Z=z is not None, HAS_BIAS=delta_bias is not None, SOFTPLUS=delta_softplus,
+            num_warps=launch.num_warps, num_stages=launch.num_stages)
         ctx.save_for_backward(u, dt, A, B, C, D, z, delta_bias, states)
         ctx.delta_softplus = delta_softplus
         ctx.store_all = store_all
+        ctx.launch = launch
         return y
 
     @staticmethod
@@ -268,7 +280,8 @@ class SelectiveScanFunction(torch.autograd.Function):
         u, dt, A, B, C, D, z, delta_bias, states = ctx.saved_tensors
         Bsz, L, E = u.shape
         N = A.shape[1]
-        block = _block_e(E)
+        launch = ctx.launch
+        block = _block_e(E, launch)
         ne = triton.cdiv(E, block)
 
         def f32(*shape):
@@ -286,16 +299,18 @@ class SelectiveScanFunction(torch.autograd.Function):
             u, dt, A, B, C, D, z, delta_bias, states, gy, scratch, gu, gdt, gz, gA, gB, gC, gD, gbias, L, E, Bsz,
             *u.stride(), *dt.stride(), *_strides(z), *B.stride(), *C.stride(), *gy.stride(),
             N=N, BLOCK_E=block, CHUNK=CHUNK, STORE_ALL=ctx.store_all, HAS_D=D is not None, HAS_Z=z is not None,
-            HAS_BIAS=delta_bias is not None, SOFTPLUS=ctx.delta_softplus)
+            HAS_BIAS=delta_bias is not None, SOFTPLUS=ctx.delta_softplus,
+            num_warps=launch.num_warps, num_stages=launch.num_stages)
         # autograd casts each gradient to its input's dtype
         return (gu, gdt, gA.sum(0), gB.sum(0), gC.sum(0), None if gD is None else gD.sum(0), gz,
-                None if gbias is None else gbias.sum(0), None)
+                None if gbias is None else gbias.sum(0), None, None)
 
 
 def selective_scan(u: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor,
                    D: torch.Tensor | None = None, z: torch.Tensor | None = None,
-                   delta_bias: torch.Tensor | None = None, delta_softplus: bool = False) -> torch.Tensor:
+                   delta_bias: torch.Tensor | None = None, delta_softplus: bool = False,
+                   launch: Launch = Launch()) -> torch.Tensor:
     """Triton selective scan with ``selective_scan_naive``'s signature (N must be a power of two); returns float32
     y: (Bt, L, E). u, dt, z and B, C may be any float dtype and strides (e.g. bf16 views into one projection);
-    the math is float32."""
-    return SelectiveScanFunction.apply(u, dt, A, B, C, D, z, delta_bias, delta_softplus)
+    the math is float32. ``launch`` (block_e a power of two) changes only the speed."""
+    return SelectiveScanFunction.apply(u, dt, A, B, C, D, z, delta_bias, delta_softplus, launch)

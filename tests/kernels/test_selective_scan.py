@@ -137,6 +137,27 @@ def test_triton_is_bit_reproducible(monkeypatch, mode):
     assert all(torch.equal(a, b) for a, b in zip(first, second))
 
 
+LAUNCHES = [fused_recurrent.Launch(block_e=8, num_warps=1, num_stages=1),
+            fused_recurrent.Launch(block_e=16, num_warps=2, num_stages=3),
+            fused_recurrent.Launch(block_e=64, num_warps=1, num_stages=2)]
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_launch_choices_change_only_the_speed(monkeypatch, device, mode):
+    """Channels per program, warps and pipelining stages (the bench's choices) give the default launch's values
+    (partial sums of dB, dC over other channel blocks: equal up to rounding)."""
+    use_mode(monkeypatch, mode, chunk=4)
+    shape = (2, 9, 40, 4) if device == "cpu" else (3, 70, 200, 16)
+    args, kwargs = inputs(*shape, torch.float32, device=device, options=OPTIONS)
+    gy = torch.randn(shape[:3], device=device)
+    want = grads(selective_scan, args, kwargs, gy, softplus=True)
+    for launch in LAUNCHES:
+        got = grads(lambda *a, **k: selective_scan(*a, **k, launch=launch), args, kwargs, gy, softplus=True)
+        for g, w in zip(got, want):
+            torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5, msg=lambda m: f"{launch}: {m}")
+
+
 def test_triton_stores_every_state_within_the_budget_and_chunks_above_it(monkeypatch):
     Bt, L, E, N = 2, 9, 3, 4
     monkeypatch.setattr(fused_recurrent, "CHUNK", 4)

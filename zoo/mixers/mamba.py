@@ -5,14 +5,14 @@
 
 The scan is ``zoo.kernels.selective_scan``: on GPU mamba-ssm's fused ``selective_scan_fn`` where its extension
 imports, else our Triton scan; on CPU the PyTorch recurrence. The dt bias and softplus, the D skip and the z gate
-are its options, fused into the GPU scans (float32 math, as the eager form's ``.float()`` casts).
+are its options, fused into the GPU scans (float32 math, as the eager form's ``.float()`` casts). The silu after
+the conv is fused into the conv (``ShortConv(activation="silu")``).
 """
 from __future__ import annotations
 
 import math
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from zoo.kernels.selective_scan import selective_scan
@@ -51,7 +51,7 @@ class Mamba(nn.Module):
         E = expand * d_model
         self.d_inner, self.d_state, self.dt_rank = E, d_state, dt_rank
         self.in_proj = nn.Linear(d_model, 2 * E, bias=False)
-        self.conv = ShortConv(E, d_conv)
+        self.conv = ShortConv(E, d_conv, activation="silu")
         self.x_proj = nn.Linear(E, dt_rank + 2 * d_state, bias=False)
         self.dt_proj = nn.Linear(dt_rank, E, bias=False)
         dt = torch.exp(torch.rand(E) * (math.log(dt_max) - math.log(dt_min)) + math.log(dt_min)).clamp(min=1e-4)
@@ -62,7 +62,7 @@ class Mamba(nn.Module):
 
     def forward(self, u: torch.Tensor) -> torch.Tensor:
         x, z = self.in_proj(u).chunk(2, dim=-1)
-        x = F.silu(self.conv(x))
+        x = self.conv(x)
         dt, B, C = self.x_proj(x).split([self.dt_rank, self.d_state, self.d_state], dim=-1)
         y = selective_scan(x, self.dt_proj(dt), -torch.exp(self.A_log.float()), B, C, D=self.D, z=z,
                            delta_bias=self.dt_bias, delta_softplus=True)

@@ -62,7 +62,7 @@ class Mamba2(nn.Module):
         self.d_inner, self.d_state, self.headdim = d_inner, d_state, headdim
         self.nheads = d_inner // headdim
         self.in_proj = nn.Linear(d_model, 2 * d_inner + 2 * d_state + self.nheads, bias=False)
-        self.conv = ShortConv(d_inner + 2 * d_state, d_conv)
+        self.conv = ShortConv(d_inner + 2 * d_state, d_conv, activation="silu")
         dt = torch.exp(torch.rand(self.nheads) * (math.log(dt_max) - math.log(dt_min)) + math.log(dt_min)).clamp(min=1e-4)
         self.dt_bias = nn.Parameter(dt + torch.log(-torch.expm1(-dt)))  # softplus(dt_bias) = dt
         self.A_log = nn.Parameter(torch.log(torch.empty(self.nheads).uniform_(1, 16)))
@@ -73,7 +73,7 @@ class Mamba2(nn.Module):
     def forward(self, u: torch.Tensor) -> torch.Tensor:
         Bt, L, _ = u.shape
         z, xbc, dt = self.in_proj(u).split([self.d_inner, self.d_inner + 2 * self.d_state, self.nheads], dim=-1)
-        x, B, C = F.silu(self.conv(xbc)).split([self.d_inner, self.d_state, self.d_state], dim=-1)
+        x, B, C = self.conv(xbc).split([self.d_inner, self.d_state, self.d_state], dim=-1)
         x = x.reshape(Bt, L, self.nheads, self.headdim)
         dt = F.softplus(dt.float() + self.dt_bias)
         y = ssd(x, dt, -torch.exp(self.A_log.float()), B, C) + x * self.D[:, None].to(x.dtype)

@@ -1,0 +1,45 @@
+"""Depthwise causal short convolution over time (Hyena, Mamba, Mamba-2, BASED, DeltaNet), with an optional fused silu.
+
+y[b, t, c] = act(bias[c] + sum_{j<K} weight[c, j] x[b, t - K + 1 + j, c]), x = 0 before t = 0: exactly
+``nn.Conv1d(C, C, K, groups=C, padding=K - 1)`` on the channel-first layout, cut to the first T outputs. Done that
+way, every training step transposes the input to [B, C, T] and back, pads, slices, and runs cuDNN's depthwise conv
+forward and backward. ``tiled.py`` works on the [B, T, C] layout as it lies: one Triton kernel for the forward, one
+for the backward, float32 sums, deterministic filter and bias gradients (no atomics), capturable in a CUDA graph.
+``activation="silu"`` fuses the silu that Mamba and Mamba-2 apply right after their conv (the backward recomputes
+the pre-activation instead of saving it). GPU timings against the reference belong in the kernel bench.
+
+``short_conv(x, weight, bias=None, activation=None, backend="auto")``: ``"triton"`` (``tiled.py``), ``"naive"``
+(``naive.py``, ``F.conv1d`` with the transposes), ``"auto"`` Triton for CUDA tensors.
+``zoo.kernels.backend.last_backend("short_conv")`` says which ran.
+"""
+from __future__ import annotations
+
+import torch
+
+from zoo.kernels.backend import NAIVE, check_backend, fast_path, record
+from zoo.kernels.short_conv.naive import short_conv_naive
+
+BACKENDS = ("auto", "triton", NAIVE)
+ACTIVATIONS = (None, "silu")
+
+
+def check_activation(activation: str | None) -> None:
+    """ValueError unless ``activation`` is one of :data:`ACTIVATIONS`."""
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"activation={activation!r} is not valid: expected None or 'silu'")
+
+
+def short_conv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
+               activation: str | None = None, backend: str = "auto") -> torch.Tensor:
+    """x [B, T, C]; weight [C, K] (an ``nn.Conv1d``'s [C, 1, K] weight at ``[:, 0]``); bias [C] or None;
+    activation None or ``"silu"`` -> [B, T, C] in x's dtype."""
+    check_backend(backend, BACKENDS)
+    check_activation(activation)
+    fast = fast_path(backend, "triton", "zoo.kernels.short_conv.tiled", x,
+                     "short_conv on GPU (falls back to F.conv1d)")
+    record("short_conv", NAIVE if fast is None else "triton")
+    run = short_conv_naive if fast is None else fast.short_conv
+    return run(x, weight, bias, activation)
+
+
+__all__ = ["short_conv", "check_activation", "BACKENDS", "ACTIVATIONS"]
