@@ -6,12 +6,12 @@ sliding-window block mask); flash-linear-attention ``parallel_attn(g=-alpha, win
 SDPA full causal attention without gate (a speed reference). Then the preprocessing scan against
 eager and compiled PyTorch, in GB/s next to a device-to-device copy. Then the linear recurrences without a
 kernel of ours (the gated and ungated delta rule, RWKV-7), forward+backward in float32 on every backend of
-their entries: the PyTorch recurrence, the chunked PyTorch form, and fla's kernels where they work. Then
-Hyena's long convolution, forward and forward+backward on its FFT and Toeplitz-product backends, with u in bf16
-(h and bias float32, as under training's autocast) and in fp32.
+their entries: the PyTorch recurrence, the chunked PyTorch form, and fla's kernels where they work. Then Mamba's
+selective scan for every launch choice (channels per program, warps, pipelining stages) next to mamba-ssm's
+``selective_scan_fn`` where it imports, and the depthwise causal short conv against PyTorch's grouped conv1d.
 
     python -m zoo.kernels.bench --shapes 1,16,65536,64,512 256,2,512,64,256 --dtype bf16 --recurrences 128,128,2,64 \
-        --long-conv 256,256,128
+        --selective-scan 256,256,256,16 --short-conv 256,256,384,3
 """
 from __future__ import annotations
 
@@ -21,7 +21,6 @@ import torch
 import torch.nn.functional as F
 
 from zoo.kernels import delta_rule as delta_rule_op
-from zoo.kernels import long_conv as long_conv_op
 from zoo.kernels import rwkv7 as rwkv7_op
 from zoo.kernels.backend import FLA_CHUNK_MODULES_BROKEN_ON_HOPPER, fla_chunks_unreliable, optional_import
 from zoo.kernels.gatedfwa import gate_cumsum, gated_window_attention
@@ -166,38 +165,6 @@ def recurrence_rows(B, T, H, K):
     return rows
 
 
-def long_conv_rows(B, L, D):
-    """{(u dtype, backend): (fwd ms, fwd+bwd ms, peak MiB of one fwd+bwd)} for Hyena's long convolution
-    (B, L, D); h and bias float32 as under autocast. A backend that fails gets its reason instead."""
-    torch.manual_seed(0)
-    h = (torch.randn(L, D, device="cuda") * 0.1).requires_grad_()
-    bias = torch.randn(D, device="cuda", requires_grad=True)
-    rows = {}
-    for dtype_name in ("bf16", "fp32"):
-        u = torch.randn(B, L, D, device="cuda", dtype=DTYPES[dtype_name], requires_grad=True)
-        grad = torch.randn_like(u)
-        for backend in ("fft", "toeplitz"):
-            def fwd(u=u, backend=backend):
-                return long_conv_op.long_conv(u, h, bias, backend=backend)
-
-            def fwd_bwd(fwd=fwd, grad=grad):
-                fwd().backward(grad)
-            try:
-                fwd_ms = timed(fwd)
-                both_ms = timed(fwd_bwd, (u, h, bias))
-                u.grad = h.grad = bias.grad = None
-                torch.cuda.synchronize()
-                base = torch.cuda.memory_allocated()
-                torch.cuda.reset_peak_memory_stats()
-                fwd_bwd()
-                torch.cuda.synchronize()
-                rows[dtype_name, backend] = (fwd_ms, both_ms, (torch.cuda.max_memory_allocated() - base) / 2**20)
-            except Exception as err:  # e.g. out of memory for T (D * L * L) at a large shape
-                rows[dtype_name, backend] = f"failed: {type(err).__name__}: {str(err).splitlines()[0][:90]}"
-            u.grad = h.grad = bias.grad = None
-    return rows
-
-
 def selective_scan_rows(Bt, L, E, N):
     """{launch: (fwd ms, fwd+bwd ms)} of our Triton selective scan with Mamba's options (bf16 u, dt, z, B, C; float32
     A, D, dt bias; softplus), per launch choice, the default first; and mamba-ssm's ``selective_scan_fn`` where it
@@ -281,8 +248,6 @@ def main(argv: list[str] | None = None):
                         help="preprocessing shape T,H (empty to skip)")
     parser.add_argument("--recurrences", type=shape_of("B,T,H,K"), default=(128, 128, 2, 64),
                         help="recurrence shape B,T,H,K (empty to skip)")
-    parser.add_argument("--long-conv", type=shape_of("B,L,D"), default=(256, 256, 128),
-                        help="Hyena long convolution shape B,L,D (empty to skip)")
     parser.add_argument("--selective-scan", nargs="*", type=shape_of("B,L,E,N"), default=[(256, 256, 256, 16)],
                         help="Mamba selective scan shapes B,L,E,N (E = expand x d_model), every launch choice")
     parser.add_argument("--short-conv", type=shape_of("B,T,C,K"), default=(256, 256, 384, 3),
@@ -315,22 +280,6 @@ def main(argv: list[str] | None = None):
         for op, row in recurrence_rows(B, T, H, K).items():
             for backend, ms in row.items():
                 print(f"{op:20s} {backend:14s} " + (f"{ms:9.3f}" if isinstance(ms, float) else ms))
-    if args.long_conv:
-        B, L, D = args.long_conv
-        flops = 2 * B * L * L * D  # the Toeplitz forward's dense product; its backward is twice that
-        print(f"\nHyena long convolution, B={B} L={L} D={D}, h and bias fp32; Toeplitz T is D*L*L = {D * L * L / 1e6:.1f}M"
-              f" elements; TFLOP/s of its dense products (fwd 2BL^2D, fwd+bwd 6BL^2D)")
-        print(f"{'u dtype':8s} {'backend':9s} {'fwd ms':>9s} {'fwd+bwd ms':>11s} {'fwd TFLOP/s':>12s} {'f+b TFLOP/s':>12s}"
-              f" {'f+b peak MiB':>13s}")
-        for (dtype_name, backend), row in long_conv_rows(B, L, D).items():
-            if isinstance(row, str):
-                print(f"{dtype_name:8s} {backend:9s} {row}")
-                continue
-            fwd, both, mib = row
-            rates = (f"{flops / fwd / 1e9:12.1f} {3 * flops / both / 1e9:12.1f}" if backend == "toeplitz"
-                     else f"{'-':>12s} {'-':>12s}")
-            print(f"{dtype_name:8s} {backend:9s} {fwd:9.3f} {both:11.3f} {rates} {mib:13.0f}")
-
     for Bt, L, E, N in filter(None, args.selective_scan):
         print(f"\nselective scan, B={Bt} L={L} E={E} N={N}, bf16 inputs, D, z, dt bias, softplus")
         print(f"{'':44s} {'fwd ms':>9s} {'fwd+bwd ms':>11s}")

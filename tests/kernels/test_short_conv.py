@@ -155,8 +155,9 @@ def test_gpu_forward_and_backward_are_captured_by_a_cuda_graph():
     bias = torch.randn(Cg, device="cuda", requires_grad=True)
     dy = torch.randn(Bg, Tg, Cg, device="cuda", dtype=torch.bfloat16)
 
-    def step():
-        return output_and_grads(short_conv, x, weight, bias, "silu", dy)
+    def step():  # y detached: a kept autograd graph would tie the leaves' AccumulateGrad to the eager stream
+        y, *grads = output_and_grads(short_conv, x, weight, bias, "silu", dy)
+        return y.detach(), *grads
 
     eager = step()
     stream = torch.cuda.Stream()
