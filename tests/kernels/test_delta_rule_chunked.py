@@ -13,6 +13,7 @@ from zoo.kernels.delta_rule.chunked import delta_rule_chunked
 from zoo.kernels.delta_rule.naive import delta_rule_recurrent
 
 from delta_rule_inputs import inputs
+from graph_capture import capture
 
 NAMES = ("q", "k", "v", "beta", "g")
 
@@ -111,14 +112,7 @@ def test_chunked_on_gpu_matches_recurrence_and_captures_in_a_cuda_graph():
         o = delta_rule_chunked(*static)
         return (o, *torch.autograd.grad(o, static, gy32))
 
-    side = torch.cuda.Stream()  # warm up and capture off the default stream, as capture requires
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        step()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        captured = step()
+    graph, captured = capture(step)
     with torch.no_grad():
         for buffer, value in zip(static, args):
             buffer.copy_(value)

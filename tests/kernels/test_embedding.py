@@ -8,6 +8,7 @@ import torch.nn.functional as F
 from zoo.kernels import backend
 from zoo.kernels.embedding import Embedding, embedding
 from zoo.kernels.embedding.sorted_sum import embedding_backward
+from graph_capture import capture
 
 V = 50
 SMALL_TILES = dict(block_t=4, block_k=2, block_d=16)  # every loop of both passes runs several times
@@ -126,14 +127,7 @@ def test_gpu_backward_is_captured_by_a_cuda_graph():
     ids = mqar_like_ids(B, L, vocab, "cuda")
     grad = torch.randn(B, L, D, device="cuda")
     eager = embedding_backward(grad, ids, vocab, torch.float32)
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):  # warm-up (Triton compiles) outside the capture
-        embedding_backward(grad, ids, vocab, torch.float32)
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        captured = embedding_backward(grad, ids, vocab, torch.float32)
+    graph, captured = capture(lambda: embedding_backward(grad, ids, vocab, torch.float32))
     grad.copy_(torch.randn_like(grad))
     graph.replay()
     assert torch.equal(captured, embedding_backward(grad, ids, vocab, torch.float32))

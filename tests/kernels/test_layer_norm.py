@@ -7,6 +7,7 @@ import torch.nn.functional as F
 
 from zoo.kernels import backend
 from zoo.kernels.layer_norm import MAX_N, LayerNorm, RMSNorm, layer_norm, rms_norm
+from graph_capture import capture
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -233,15 +234,7 @@ def test_gpu_forward_and_backward_replay_in_a_cuda_graph():
         y = rnorm(lnorm(x), z)
         return (y, *torch.autograd.grad(y.square().sum(), (x, lnorm.weight, lnorm.bias, rnorm.weight)))
 
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):  # compiles the kernels and warms up autograd outside the capture
-        for _ in range(3):
-            step()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        captured = step()
+    graph, captured = capture(step, warmups=3)
     with torch.no_grad():
         x.copy_(torch.randn_like(x))
     graph.replay()

@@ -10,6 +10,7 @@ from zoo.kernels.short_conv import short_conv
 from zoo.kernels.short_conv import tiled
 from zoo.kernels.short_conv.naive import short_conv_naive
 from zoo.mixers.short_conv import ShortConv
+from graph_capture import capture
 
 B, T, C = 2, 11, 13
 SMALL_TILES = dict(block_t=4, block_c=8)  # T and C are no multiples: partial tiles, filters reaching across borders
@@ -160,14 +161,7 @@ def test_gpu_forward_and_backward_are_captured_by_a_cuda_graph():
         return y.detach(), *grads
 
     eager = step()
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):  # warm-up (Triton compiles) outside the capture
-        step()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        captured = step()
+    graph, captured = capture(step)
     with torch.no_grad():
         x.copy_(torch.randn_like(x))
     graph.replay()
