@@ -56,9 +56,9 @@ class DeltaRuleLayer(nn.Module):
         self.k_proj = nn.Linear(d_model, key_dim, bias=False)
         self.v_proj = nn.Linear(d_model, value_dim, bias=False)
         self.b_proj = nn.Linear(d_model, num_heads, bias=False)
-        self.q_conv = ShortConv(key_dim, conv_size, bias=False)
-        self.k_conv = ShortConv(key_dim, conv_size, bias=False)
-        self.v_conv = ShortConv(value_dim, conv_size, bias=False)
+        self.q_conv = ShortConv(key_dim, conv_size, bias=False, activation="silu")
+        self.k_conv = ShortConv(key_dim, conv_size, bias=False, activation="silu")
+        self.v_conv = ShortConv(value_dim, conv_size, bias=False, activation="silu")
         self.g_proj = nn.Linear(d_model, value_dim, bias=False) if output_gate else None
         self.o_norm = HeadRMSNorm(value_dim // num_heads)
         self.o_proj = nn.Linear(value_dim, d_model, bias=False)
@@ -70,9 +70,9 @@ class DeltaRuleLayer(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, L, _ = x.shape
         H = self.num_heads
-        q = F.silu(self.q_conv(self.q_proj(x))).view(B, L, H, -1)
-        k = F.silu(self.k_conv(self.k_proj(x))).view(B, L, H, -1)
-        v = F.silu(self.v_conv(self.v_proj(x))).view(B, L, H, -1)
+        q = self.q_conv(self.q_proj(x)).view(B, L, H, -1)
+        k = self.k_conv(self.k_proj(x)).view(B, L, H, -1)
+        v = self.v_conv(self.v_proj(x)).view(B, L, H, -1)
         beta = torch.sigmoid(self.b_proj(x).float()) * (2 if self.negative_eigenvalues else 1)
         o = delta_rule(q, k, v, beta, self.log_decay(x), l2norm_qk=True)
         gate = None if self.g_proj is None else self.g_proj(x).view(B, L, H, -1)
