@@ -73,6 +73,15 @@ def _row(ptr, b, t, e, s_b, s_t, s_e, mask):
 
 
 @triton.jit
+def _stored_states(state_ptr, b, e, n, L, E, N: tl.constexpr, CHUNK: tl.constexpr, STORE_ALL: tl.constexpr):
+    """(BLOCK_E, N) pointers to this program's stored state 0 (+ k * E * N: state k). Store-all walks the sequence as
+    one span and stores h_k, the state after k steps, for k = 0 (the span's entry store) to L; chunked stores the
+    state entering chunk k."""
+    n_states = L + 1 if STORE_ALL else tl.cdiv(L, CHUNK)
+    return state_ptr + (b * n_states * E + e[:, None]) * N + n[None, :]
+
+
+@triton.jit
 def _scan_fwd_kernel(u_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr, y_ptr, state_ptr, L, E,
                      su_b, su_t, su_e, sdt_b, sdt_t, sdt_e, sz_b, sz_t, sz_e, sB_b, sB_t, sB_n, sC_b, sC_t, sC_n,
                      N: tl.constexpr, BLOCK_E: tl.constexpr, CHUNK: tl.constexpr, STORE_ALL: tl.constexpr,
@@ -86,15 +95,8 @@ def _scan_fwd_kernel(u_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr,
         bias = tl.load(bias_ptr + e, mask=emask, other=0.0)
     if HAS_D:
         Dskip = tl.load(D_ptr + e, mask=emask, other=0.0)
-    # stored state k: store-all walks the sequence as one span and stores h_k, the state after k steps, for k = 0 (the
-    # span's entry store) to L; chunked stores the state entering chunk k
-    if STORE_ALL:
-        span = L
-        n_states = L + 1
-    else:
-        span = CHUNK
-        n_states = tl.cdiv(L, CHUNK)
-    states = state_ptr + (b * n_states * E + e[:, None]) * N + n[None, :]  # + k * E * N: stored state k
+    span = L if STORE_ALL else CHUNK
+    states = _stored_states(state_ptr, b, e, n, L, E, N, CHUNK, STORE_ALL)
     h = tl.zeros([BLOCK_E, N], dtype=tl.float32)
     for c in range(tl.cdiv(L, span)):
         tl.store(states + c * E * N, h, mask=emask[:, None])
@@ -141,16 +143,12 @@ def _scan_bwd_kernel(u_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr,
         Dskip = tl.load(D_ptr + e, mask=emask, other=0.0)
         gD = tl.zeros([BLOCK_E], dtype=tl.float32)
     # spans and stored states as in the forward: store-all walks the sequence once, reading h_{t-1} from the states
-    if STORE_ALL:
-        span = L
-        n_states = L + 1
-    else:
-        span = CHUNK
-        n_states = tl.cdiv(L, CHUNK)
+    span = L if STORE_ALL else CHUNK
+    states = _stored_states(state_ptr, b, e, n, L, E, N, CHUNK, STORE_ALL)
+    if not STORE_ALL:
         # this program's scratch: slot s holds the state entering step s of the current chunk
         scratch = (scratch_ptr + (b * tl.num_programs(1) + pe) * CHUNK * BLOCK_E * N
                    + tl.arange(0, BLOCK_E)[:, None] * N + n[None, :])
-    states = state_ptr + (b * n_states * E + e[:, None]) * N + n[None, :]  # + k * E * N: stored state k
     gh = tl.zeros([BLOCK_E, N], dtype=tl.float32)  # dL/dh_t, carried backwards in time across spans
     gA = tl.zeros([BLOCK_E, N], dtype=tl.float32)
     n_spans = tl.cdiv(L, span)
