@@ -25,7 +25,9 @@ from zoo.kernels import rwkv7 as rwkv7_op
 from zoo.kernels.backend import FLA_CHUNK_MODULES_BROKEN_ON_HOPPER, fla_chunks_unreliable, optional_import
 from zoo.kernels.gatedfwa import gate_cumsum, gated_window_attention
 from zoo.kernels.gatedfwa.naive import gate_cumsum_ref
-from zoo.kernels.selective_scan.fused_recurrent import Launch
+from zoo.kernels.selective_scan import selective_scan as selective_scan_entry
+from zoo.kernels.selective_scan.fused_recurrent import Launch, selective_scan
+from zoo.kernels.short_conv import short_conv
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
@@ -165,13 +167,13 @@ def recurrence_rows(B, T, H, K):
     return rows
 
 
+SCAN_LAUNCHES = [Launch(block_e, warps, stages) for block_e in (16, 32) for warps in (1, 2, 4) for stages in (1, 2)]
+
+
 def selective_scan_rows(Bt, L, E, N):
     """{launch: (fwd ms, fwd+bwd ms)} of our Triton selective scan with Mamba's options (bf16 u, dt, z, B, C; float32
     A, D, dt bias; softplus), per launch choice, the default first; and mamba-ssm's ``selective_scan_fn`` where it
     imports."""
-    from zoo.kernels.selective_scan import selective_scan as scan_entry
-    from zoo.kernels.selective_scan.fused_recurrent import selective_scan
-
     dev = "cuda"
     torch.manual_seed(0)
 
@@ -193,8 +195,8 @@ def selective_scan_rows(Bt, L, E, N):
         rows[f"ours {launch.block_e:>2d} ch, {launch.num_warps} warps, {launch.num_stages} stages"] = pair(
             lambda: selective_scan(u, dt, A, B, C, D, z, bias, True, launch=launch))
     try:
-        rows["mamba-ssm selective_scan_fn"] = pair(lambda: scan_entry(u, dt, A, B, C, D, z, bias, True,
-                                                                      backend="mamba_ssm"))
+        rows["mamba-ssm selective_scan_fn"] = pair(
+            lambda: selective_scan_entry(u, dt, A, B, C, D, z, bias, True, backend="mamba_ssm"))
     except ImportError as err:
         rows["mamba-ssm selective_scan_fn"] = f"not run: {err}"
     return rows
@@ -203,8 +205,6 @@ def selective_scan_rows(Bt, L, E, N):
 def short_conv_rows(B, T, C, K):
     """{backend: (fwd ms, fwd+bwd ms)} of the depthwise causal conv (bf16 input, float32 weights): ours and
     PyTorch's grouped conv1d (cuDNN) with the transposes a (B, T, C) layout needs."""
-    from zoo.kernels.short_conv import short_conv
-
     dev = "cuda"
     torch.manual_seed(0)
     x = torch.randn(B, T, C, device=dev, dtype=torch.bfloat16, requires_grad=True)
@@ -218,9 +218,6 @@ def short_conv_rows(B, T, C, K):
                 return short_conv(x, w, b, backend=backend)
         rows[backend] = timed(call), timed(lambda: call().backward(grad), (x, w, b))
     return rows
-
-
-SCAN_LAUNCHES = [Launch(block_e, warps, stages) for block_e in (16, 32) for warps in (1, 2, 4) for stages in (1, 2)]
 
 
 def shape_of(names: str):

@@ -273,7 +273,6 @@ def _selection(base: dict, items: list[str]) -> dict[str, list]:
 
 def _select(axes: list[Axis], base: dict, key: str, chosen: list) -> list[Axis]:
     """``axes`` narrowed to the runs whose resolved config has one of the ``chosen`` values for ``key``."""
-    item = " ".join(f"{key}={value}" for value in chosen)
 
     def value_with(setting: dict):
         try:
@@ -296,7 +295,7 @@ def _select(axes: list[Axis], base: dict, key: str, chosen: list) -> list[Axis]:
     missing = [value for value in chosen if value not in seen]
     if missing or any(not a.settings for a in narrowed):
         shown = sorted({repr(v) for v in seen})
-        raise ConfigError("--only", " ".join(f"{key}={value}" for value in missing) or item,
+        raise ConfigError("--only", " ".join(f"{key}={value}" for value in missing or chosen),
                           f"a value some run of the sweep has for {key}: {', '.join(shown)}")
     return narrowed
 
