@@ -8,10 +8,11 @@ eager and compiled PyTorch, in GB/s next to a device-to-device copy. Then the li
 kernel of ours (the gated and ungated delta rule, RWKV-7), forward+backward in float32 on every backend of
 their entries: the PyTorch recurrence, the chunked PyTorch form, and fla's kernels where they work. Then Mamba's
 selective scan for every launch choice (channels per program, warps, pipelining stages) next to mamba-ssm's
-``selective_scan_fn`` where it imports, and the depthwise causal short conv against PyTorch's grouped conv1d.
+``selective_scan_fn`` where it imports, the depthwise causal short conv against PyTorch's grouped conv1d, and
+Hyena's gated long conv fused around its FFTs against the unfused composition.
 
     python -m zoo.kernels.bench --shapes 1,16,65536,64,512 256,2,512,64,256 --dtype bf16 --recurrences 128,128,2,64 \
-        --selective-scan 256,256,256,16 --short-conv 256,256,384,3
+        --selective-scan 256,256,256,16 --short-conv 256,256,384,3 --gated-long-conv 256,256,128 128,512,64
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from zoo.kernels import rwkv7 as rwkv7_op
 from zoo.kernels.backend import FLA_CHUNK_MODULES_BROKEN_ON_HOPPER, fla_chunks_unreliable, optional_import
 from zoo.kernels.gatedfwa import gate_cumsum, gated_window_attention
 from zoo.kernels.gatedfwa.naive import gate_cumsum_ref
+from zoo.kernels.long_conv import gated_long_conv
 from zoo.kernels.selective_scan import selective_scan as selective_scan_entry
 from zoo.kernels.selective_scan.fused_recurrent import Launch, selective_scan
 from zoo.kernels.short_conv import short_conv
@@ -203,8 +205,9 @@ def selective_scan_rows(Bt, L, E, N):
 
 
 def short_conv_rows(B, T, C, K):
-    """{backend: (fwd ms, fwd+bwd ms)} of the depthwise causal conv (bf16 input, float32 weights): ours and
-    PyTorch's grouped conv1d (cuDNN) with the transposes a (B, T, C) layout needs."""
+    """{"backend, activation": (fwd ms, fwd+bwd ms)} of the depthwise causal conv (bf16 input, float32 weights), plain
+    (Hyena, BASED) and with the silu Mamba, Mamba-2 and DeltaNet fuse into it: ours and PyTorch's grouped conv1d
+    (cuDNN) with the transposes a (B, T, C) layout needs."""
     dev = "cuda"
     torch.manual_seed(0)
     x = torch.randn(B, T, C, device=dev, dtype=torch.bfloat16, requires_grad=True)
@@ -212,11 +215,30 @@ def short_conv_rows(B, T, C, K):
     b = torch.randn(C, device=dev, requires_grad=True)
     grad = torch.randn(B, T, C, device=dev, dtype=torch.bfloat16)
     rows = {}
+    for activation in (None, "silu"):
+        for backend in ("triton", "naive"):
+            def call():
+                with torch.autocast("cuda", dtype=torch.bfloat16):
+                    return short_conv(x, w, b, activation=activation, backend=backend)
+            rows[f"{backend}, {activation or 'no activation'}"] = timed(call), timed(lambda: call().backward(grad), (x, w, b))
+    return rows
+
+
+def gated_long_conv_rows(B, L, D):
+    """{backend: (fwd ms, fwd+bwd ms)} of Hyena's gated long conv under bf16 autocast (bf16 xbc [B, L, 3D], float32
+    filter [L, D] and skip [D], as in training): ours, fused around the FFTs, and the unfused composition."""
+    dev = "cuda"
+    torch.manual_seed(0)
+    xbc = torch.randn(B, L, 3 * D, device=dev, dtype=torch.bfloat16, requires_grad=True)
+    h = (torch.randn(L, D, device=dev) * L ** -0.5).requires_grad_()
+    bias = torch.randn(D, device=dev, requires_grad=True)
+    grad = torch.randn(B, L, D, device=dev, dtype=torch.bfloat16)
+    rows = {}
     for backend in ("triton", "naive"):
         def call():
             with torch.autocast("cuda", dtype=torch.bfloat16):
-                return short_conv(x, w, b, backend=backend)
-        rows[backend] = timed(call), timed(lambda: call().backward(grad), (x, w, b))
+                return gated_long_conv(xbc, h, bias, backend=backend)
+        rows[backend] = timed(call), timed(lambda: call().backward(grad), (xbc, h, bias))
     return rows
 
 
@@ -247,8 +269,11 @@ def main(argv: list[str] | None = None):
                         help="recurrence shape B,T,H,K (empty to skip)")
     parser.add_argument("--selective-scan", nargs="*", type=shape_of("B,L,E,N"), default=[(256, 256, 256, 16)],
                         help="Mamba selective scan shapes B,L,E,N (E = expand x d_model), every launch choice")
-    parser.add_argument("--short-conv", type=shape_of("B,T,C,K"), default=(256, 256, 384, 3),
-                        help="depthwise causal conv shape B,T,C,K (empty to skip)")
+    parser.add_argument("--short-conv", nargs="*", type=shape_of("B,T,C,K"), default=[(256, 256, 384, 3)],
+                        help="depthwise causal conv shapes B,T,C,K")
+    parser.add_argument("--gated-long-conv", nargs="*", type=shape_of("B,L,D"),
+                        default=[(256, 256, 128), (128, 512, 64)],
+                        help="Hyena's gated long conv shapes B,L,D (D = d_model)")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         raise SystemExit("zoo.kernels.bench needs a CUDA GPU")
@@ -282,10 +307,14 @@ def main(argv: list[str] | None = None):
         print(f"{'':44s} {'fwd ms':>9s} {'fwd+bwd ms':>11s}")
         for name, row in selective_scan_rows(Bt, L, E, N).items():
             print(f"{name:44s} " + (row if isinstance(row, str) else f"{row[0]:9.3f} {row[1]:11.3f}"))
-    if args.short_conv:
-        B, T, C, K = args.short_conv
+    for B, T, C, K in filter(None, args.short_conv):
         print(f"\ndepthwise causal conv, B={B} T={T} C={C} K={K}, bf16 input")
         for name, (fwd, both) in short_conv_rows(B, T, C, K).items():
+            print(f"{name:44s} {fwd:9.3f} {both:11.3f}")
+    for B, L, D in filter(None, args.gated_long_conv):
+        print(f"\ngated long conv (Hyena), B={B} L={L} D={D}, bf16 autocast")
+        print(f"{'':44s} {'fwd ms':>9s} {'fwd+bwd ms':>11s}")
+        for name, (fwd, both) in gated_long_conv_rows(B, L, D).items():
             print(f"{name:44s} {fwd:9.3f} {both:11.3f}")
 
 

@@ -1,6 +1,6 @@
 """Mamba-2's SSD scan: scalar-per-head decay, one group of B and C.
 
-``ssd(x, dt, A, B, C, backend="auto")``: ``"chunked"`` (``chunked.py``, the chunked algorithm in
+``ssd(x, dt, A, B, C, D=None, backend="auto")``: ``"chunked"`` (``chunked.py``, the chunked algorithm in
 batched matmuls), ``"naive"`` (``naive.py``, the exact quadratic form) or ``"auto"`` (chunked for CUDA
 tensors, the quadratic form elsewhere). ``zoo.kernels.backend.last_backend("ssd")`` says which ran.
 """
@@ -16,12 +16,13 @@ BACKENDS = ("auto", CHUNKED, NAIVE)
 
 
 def ssd(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor,
-        backend: str = "auto") -> torch.Tensor:
-    """x: (Bt, L, H, P); dt: (Bt, L, H) positive; A: (H,) negative; B, C: (Bt, L, N) -> y: (Bt, L, H, P)."""
+        D: torch.Tensor | None = None, backend: str = "auto") -> torch.Tensor:
+    """x: [Bt, L, H, P]; dt: [Bt, L, H] positive; A: [H] negative; B, C: [Bt, L, N]; D: [H], the skip D_h x_t, or
+    None -> y: [Bt, L, H, P] in x's dtype."""
     check_backend(backend, BACKENDS)
     chunked = named_or_gpu(backend, CHUNKED, x)
     record("ssd", CHUNKED if chunked else NAIVE)
-    return ssd_chunked(x, dt, A, B, C) if chunked else ssd_naive(x, dt, A, B, C)
+    return ssd_chunked(x, dt, A, B, C, D) if chunked else ssd_naive(x, dt, A, B, C, D)
 
 
 __all__ = ["ssd", "BACKENDS"]

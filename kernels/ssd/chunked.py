@@ -2,6 +2,18 @@
 
 fla's ``chunk_simple_gla`` computes the same but refuses Hopper GPUs with Triton < 3.7.1, so zoo keeps
 this form, which needs no loop over time and no custom kernel.
+
+Precision, as in the reference kernels (mamba-ssm's ``mamba_chunk_scan_combined``, fla's chunked ops): with x in
+bf16 or fp16, every matmul takes its operands in x's dtype and runs on tensor cores, accumulating in float32 (PyTorch
+hands the result back in x's dtype). The cumulative log decays, their exps and the products that scale an operand
+(C_t . B_s times the decay, B or C times a decay) stay float32 up to that operand's one cast, and the states are
+carried from chunk to chunk in float32. With float32 x (CPU, fp32 runs) every step is float32. On an H200
+(``python -m zoo.bench.step``, B=256, N=256, d_model=128, CUDA graphs) Mamba-2's training step went from 15.38 ms
+(the earlier form: float32 einsums and permute copies) to 13.50 ms, 6.40x to 5.71x softmax attention's.
+
+Layout: the heads go into the batch of every matmul, [Bt, H, nc, T, ...] flattened to [Bt H nc, T, ...], so each is
+one bmm on contiguous operands: x is copied into that layout once and y out of it once; B and C, which the heads
+share, enter the C B^T matmul as the strided views they are.
 """
 from __future__ import annotations
 
@@ -10,35 +22,46 @@ import torch.nn.functional as F
 
 from zoo.kernels.backend import without_autocast
 
+LOW_PRECISION = (torch.bfloat16, torch.float16)  # x dtypes whose matmuls run with operands in that dtype
 
-@without_autocast  # float32 inside, as the casts say: under bf16 autocast the einsums would run in bf16
+
+@without_autocast  # the dtypes are chosen here: autocast would run the float32 matmuls in bf16
 def ssd_chunked(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor,
-                chunk: int = 64) -> torch.Tensor:
+                D: torch.Tensor | None = None, chunk: int = 64) -> torch.Tensor:
     """``ssd_naive``'s result by chunks of ``chunk`` steps, all in batched matmuls (no loop over time):
     the quadratic form inside each chunk, plus the states entering each chunk, which one decayed sum
     over earlier chunks' end states gives.
 
-    x: (Bt, L, H, P); dt: (Bt, L, H); A: (H,); B, C: (Bt, L, N) -> (Bt, L, H, P).
+    x: [Bt, L, H, P]; dt: [Bt, L, H]; A: [H]; B, C: [Bt, L, N]; D: [H], the skip D_h x_t, or None
+    -> y: [Bt, L, H, P] in x's dtype.
     """
     Bt, L, H, P = x.shape
+    N = B.shape[-1]
+    mm = x.dtype if x.dtype in LOW_PRECISION else torch.float32  # the matmul operands' dtype
     pad = -L % chunk
     if pad:
         x, dt, B, C = (F.pad(t, (0, 0) * (t.dim() - 2) + (0, pad)) for t in (x, dt, B, C))
-    nc = x.shape[1] // chunk
-    xdt = (x.float() * dt.float()[..., None]).view(Bt, nc, chunk, H, P)
-    B, C = B.float().view(Bt, nc, chunk, -1), C.float().view(Bt, nc, chunk, -1)
-    g = torch.cumsum((dt.float() * A.float()).view(Bt, nc, chunk, H), dim=2).permute(0, 1, 3, 2)  # (Bt, nc, H, T)
-    causal = torch.ones(chunk, chunk, dtype=torch.bool, device=x.device).tril()
-    decay = torch.exp((g[..., :, None] - g[..., None, :]).masked_fill(~causal, -torch.inf))  # (Bt, nc, H, T, T)
-    scores = torch.einsum("bctn,bcsn->bcts", C, B)[:, :, None] * decay
-    y = torch.einsum("bchts,bcshp->bcthp", scores, xdt)
-    # state at the end of each chunk from its own inputs: sum_s exp(g_last - g_s) B_s (dt_s x_s)^T
-    ends = torch.einsum("bchs,bcsn,bcshp->bchnp", torch.exp(g[..., -1:] - g), B, xdt)
-    # state entering chunk c: sum_{c' < c} exp(total decay of chunks c'+1 .. c-1) ends[c']
-    last = F.pad(torch.cumsum(g[..., -1], dim=1), (0, 0, 1, 0))  # (Bt, nc+1, H): decay up to each chunk start
-    earlier = torch.ones(nc, nc, dtype=torch.bool, device=x.device).tril(-1)
-    between = (last[:, :-1, None] - last[:, None, 1:]).permute(0, 3, 1, 2)  # (Bt, H, c, c'): start c minus end c'
-    weights = torch.exp(between.masked_fill(~earlier, -torch.inf))
-    entering = torch.einsum("bhij,bjhnp->bihnp", weights, ends)
-    y = y + torch.einsum("bctn,bcht,bchnp->bcthp", C, torch.exp(g), entering)
-    return y.reshape(Bt, nc * chunk, H, P)[:, :L].to(x.dtype)
+    T, nc = chunk, x.shape[1] // chunk
+    xh = x.reshape(Bt, nc, T, H, P).permute(0, 3, 1, 2, 4).contiguous().to(mm).view(-1, T, P)  # [Bt H nc, T, P]
+    Bc, Cc = (t.to(mm).reshape(Bt * nc, T, N) for t in (B, C))  # [Bt nc, T, N]: views of the inputs in that dtype
+    dt = dt.float().permute(0, 2, 1).reshape(Bt, H, nc, T)
+    g = torch.cumsum(dt * A.float()[:, None, None], dim=-1)  # [Bt, H, nc, T]: log decay from the chunk's start
+    # exp(g_t - g_s) dt_s where s <= t, else 0 (exp(-inf - g_s)): [Bt, H, nc, T (t), T (s)], mask and decay at once
+    causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
+    decay = torch.exp(torch.where(causal, g[..., :, None], -torch.inf) - g[..., None, :]) * dt[..., None, :]
+    scores = torch.bmm(Cc, Bc.transpose(1, 2)).view(Bt, 1, nc, T, T) * decay  # float32 (C_t . B_s) exp(g_t - g_s) dt_s
+    if D is not None:  # the skip D_h x_t is the diagonal s = t of the same matmul
+        scores.diagonal(dim1=-2, dim2=-1).add_(D.float()[:, None, None])
+    y = torch.bmm(scores.to(mm).view(-1, T, T), xh)  # [Bt H nc, T, P]: within each chunk
+    if nc > 1:  # one chunk carries no state in
+        # state at the end of each chunk from its own inputs: sum_s exp(g_last - g_s) dt_s B_s x_s^T (decay's last row)
+        Bw = (Bc.view(Bt, 1, nc, T, N) * decay[..., -1, :, None]).to(mm).view(-1, T, N)
+        ends = torch.bmm(Bw.transpose(1, 2), xh)  # [Bt H nc, N, P]
+        # state entering chunk i: sum_{j < i} exp(decay from the end of chunk j to the start of chunk i) ends[j]
+        starts = F.pad(torch.cumsum(g[..., -1], dim=-1), (1, 0))  # [Bt, H, nc + 1]: log decay before each chunk
+        earlier = torch.ones(nc, nc, dtype=torch.bool, device=x.device).tril(-1)
+        weights = torch.exp(torch.where(earlier, starts[..., :-1, None], -torch.inf) - starts[..., None, 1:])
+        entering = torch.bmm(weights.view(-1, nc, nc), ends.float().view(-1, nc, N * P))  # float32 [Bt H, nc, N P]
+        Cw = (Cc.view(Bt, 1, nc, T, N) * torch.exp(g)[..., None]).to(mm).view(-1, T, N)  # C_t exp(g_t)
+        y = torch.baddbmm(y, Cw, entering.to(mm).view(-1, N, P))
+    return y.view(Bt, H, nc * T, P)[:, :, :L].transpose(1, 2).contiguous().to(x.dtype)

@@ -39,19 +39,29 @@ def triton_small_tiles(x, weight, bias, activation):
     return tiled.short_conv(x, weight, bias, activation, **SMALL_TILES)
 
 
-def assert_matches_reference(x, weight, bias, activation, dy=None, rtol=1e-5, atol=1e-5):
+def assert_matches_reference(x, weight, bias, activation, dy=None, rtol=1e-5, atol=1e-5, tiles=SMALL_TILES):
     dy = torch.randn(x.shape) if dy is None else dy
-    got = output_and_grads(triton_small_tiles, x, weight, bias, activation, dy)
+    got = output_and_grads(functools.partial(tiled.short_conv, **tiles), x, weight, bias, activation, dy)
     want = output_and_grads(short_conv_naive, x, weight, bias, activation, dy)
     assert got[0].is_contiguous() and got[0].dtype == x.dtype
     for g, w in zip(got, want):
         torch.testing.assert_close(g, w, rtol=rtol, atol=atol)
 
 
-@pytest.mark.parametrize("K, with_bias, activation", [(2, True, None), (3, False, "silu"), (4, True, "silu"),
-                                                      (4, False, None)])
-def test_matches_reference(K, with_bias, activation):
-    assert_matches_reference(*inputs(K, with_bias), activation)
+@pytest.mark.parametrize("K, with_bias, activation", [(1, True, "silu"), (1, False, None), (2, True, None),
+                                                      (3, False, "silu"), (4, True, "silu"), (4, False, None),
+                                                      (5, True, "silu")])
+@pytest.mark.parametrize("block_t", [2, 4, 8])
+def test_matches_reference(K, with_bias, activation, block_t):
+    """T = 11 is no multiple of any tile, and with tiles of 2 or 4 times the K - 1 shifted reads (of x forward, of dy and
+    of x for the recomputed silu backward) cross one or more tile borders; K = 1 shifts nothing."""
+    assert_matches_reference(*inputs(K, with_bias), activation, tiles=dict(block_t=block_t, block_c=8))
+
+
+@pytest.mark.parametrize("length", [1, 3])
+def test_sequence_shorter_than_the_filter(length):
+    """One tile, most of it past T, and filters reaching before t = 0 from every time."""
+    assert_matches_reference(*inputs(4, True, torch.randn(B, length, C)), "silu")
 
 
 @pytest.mark.parametrize("layout", ["chunk of a wider projection", "channel-first storage"])
@@ -80,18 +90,19 @@ def test_bf16_input_gives_bf16_output_and_float32_filter_gradients():
         torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
 
 
-def test_entry_runs_triton_when_named_and_filter_gradient_repeats_bitwise():
+@pytest.mark.parametrize("activation", [None, "silu"])
+def test_entry_runs_triton_when_named_and_filter_gradient_repeats_bitwise(activation):
     x, weight, bias = inputs(4, True)
     dy = torch.randn(B, T, C)
 
     def grads():
         backend.clear()
-        got = output_and_grads(functools.partial(short_conv, backend="triton"), x, weight, bias, None, dy)
+        got = output_and_grads(functools.partial(short_conv, backend="triton"), x, weight, bias, activation, dy)
         assert backend.last_backend("short_conv") == "triton"
         return got
 
     first = grads()
-    want = output_and_grads(short_conv_naive, x, weight, bias, None, dy)
+    want = output_and_grads(short_conv_naive, x, weight, bias, activation, dy)
     for g, w in zip(first, want):
         torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
     assert all(torch.equal(a, b) for a, b in zip(first[2:], grads()[2:]))

@@ -1,4 +1,6 @@
-"""Mamba-2's SSD: the quadratic reference against the state recurrence, the chunked form against the reference."""
+"""Mamba-2's SSD: the quadratic reference against the state recurrence, the chunked form against the reference, in
+float32 and with bf16 / fp16 matmul operands."""
+import pytest
 import torch
 
 from zoo.kernels.ssd.chunked import ssd_chunked
@@ -6,36 +8,82 @@ from zoo.kernels.ssd.naive import ssd_naive
 
 
 def ssd_inputs(Bt: int, L: int, H: int = 3, P: int = 4, N: int = 5):
-    """x [B, L, H, P], dt [B, L, H] > 0, A [H] < 0, B and C [B, L, N], float64."""
+    """x [B, L, H, P], dt [B, L, H] > 0, A [H] < 0, B and C [B, L, N], D [H], float64."""
     torch.manual_seed(0)
     x = torch.randn(Bt, L, H, P, dtype=torch.float64)
     dt = torch.rand(Bt, L, H, dtype=torch.float64) + 0.05
     A = -torch.rand(H, dtype=torch.float64) * 2
     B, C = torch.randn(Bt, L, N, dtype=torch.float64), torch.randn(Bt, L, N, dtype=torch.float64)
-    return x, dt, A, B, C
+    D = torch.randn(H, dtype=torch.float64)
+    return x, dt, A, B, C, D
+
+
+def outputs_and_grads(fn, inputs, **kwargs):
+    """fn(*inputs)'s output and the gradients of a fixed random projection of it with respect to every input."""
+    inputs = [t.detach().requires_grad_() for t in inputs]
+    y = fn(*inputs, **kwargs)
+    torch.manual_seed(1)
+    grads = torch.autograd.grad((y.double() * torch.randn(y.shape, dtype=torch.float64)).sum(), inputs)
+    return y, grads
 
 
 def test_ssd_matches_recurrence():
     Bt, L, H, P, N = 2, 10, 3, 4, 5
-    x, dt, A, B, C = ssd_inputs(Bt, L, H, P, N)
+    x, dt, A, B, C, D = ssd_inputs(Bt, L, H, P, N)
     S = torch.zeros(Bt, H, N, P, dtype=torch.float64)
     want = []
     for t in range(L):
         S = torch.exp(dt[:, t] * A)[..., None, None] * S + dt[:, t, :, None, None] * B[:, t, None, :, None] * x[:, t, :, None, :]
-        want.append(torch.einsum("bhnp,bn->bhp", S, C[:, t]))
-    torch.testing.assert_close(ssd_naive(x, dt, A, B, C).double(), torch.stack(want, dim=1), rtol=1e-5, atol=1e-5)
+        want.append(torch.einsum("bhnp,bn->bhp", S, C[:, t]) + D[:, None] * x[:, t])
+    torch.testing.assert_close(ssd_naive(x, dt, A, B, C, D).double(), torch.stack(want, dim=1), rtol=1e-5, atol=1e-5)
 
 
-def test_chunked_matches_quadratic():
-    x, dt, A, B, C = ssd_inputs(2, 21)
+@pytest.mark.parametrize("L", [21, 24, 5])  # padded to 3 chunks, 3 whole chunks, one chunk (no states carried)
+def test_chunked_matches_quadratic(L):
+    """Outputs and gradients (D's through the scores' diagonal included), float64 inputs computed in float32."""
+    inputs = ssd_inputs(2, L)
+    got, got_grads = outputs_and_grads(ssd_chunked, inputs, chunk=8)
+    want, want_grads = outputs_and_grads(ssd_naive, inputs)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    for g, w in zip(got_grads, want_grads):
+        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
+
+
+def test_chunked_without_skip_matches_quadratic():
+    x, dt, A, B, C, _ = ssd_inputs(2, 21)
     torch.testing.assert_close(ssd_chunked(x, dt, A, B, C, chunk=8), ssd_naive(x, dt, A, B, C), rtol=1e-5, atol=1e-5)
+
+
+def test_float32_inputs_take_the_float32_path():
+    """float32 in, float32 out, within 1e-5 of the float64 quadratic form: no matmul dropped to a lower precision."""
+    inputs = ssd_inputs(2, 21)
+    got = ssd_chunked(*(t.float() for t in inputs), chunk=8)
+    assert got.dtype == torch.float32
+    torch.testing.assert_close(got.double(), ssd_naive(*inputs), rtol=1e-5, atol=1e-5)
 
 
 def test_chunked_is_float32_under_bf16_autocast():
     """Its einsums must not drop to bf16 under training's autocast: same result with and without it."""
-    x, dt, A, B, C = (t.float() for t in ssd_inputs(2, 21))
-    want = ssd_chunked(x, dt, A, B, C, chunk=8)
+    x, dt, A, B, C, D = (t.float() for t in ssd_inputs(2, 21))
+    want = ssd_chunked(x, dt, A, B, C, D, chunk=8)
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        got = ssd_chunked(x, dt, A, B, C, chunk=8)
+        got = ssd_chunked(x, dt, A, B, C, D, chunk=8)
     assert got.dtype == torch.float32
     torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_low_precision_operands_stay_close_to_float32(dtype):
+    """x, B, C in bf16 / fp16 (dt, A, D float32, as Mamba-2 passes them): the matmuls take operands in that dtype;
+    output and gradients stay within that dtype's rounding of the float32 path on the same (rounded) inputs."""
+    x, dt, A, B, C, D = ssd_inputs(2, 40, H=3, P=8, N=16)
+    x, B, C = (t.to(dtype) for t in (x, B, C))
+    dt, A, D = (t.float() for t in (dt, A, D))
+    got, got_grads = outputs_and_grads(ssd_chunked, (x, dt, A, B, C, D), chunk=16)
+    want, want_grads = outputs_and_grads(ssd_chunked, (x.float(), dt, A, B.float(), C.float(), D), chunk=16)
+    assert got.dtype == dtype
+    assert not torch.equal(got, want.to(dtype))  # not float32's result rounded once: the operands were rounded
+    scale = want.abs().max().item()
+    torch.testing.assert_close(got.float(), want, rtol=2e-2, atol=1e-2 * scale)
+    for g, w in zip(got_grads, want_grads):
+        assert ((g.double() - w.double()).norm() / w.double().norm()).item() < 2e-2

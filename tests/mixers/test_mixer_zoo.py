@@ -79,7 +79,7 @@ def test_unknown_kwarg_is_rejected():
 
 # the kernels op each mixer calls and the backends that count as its GPU fast path (rwkv7: fla's chunks, or where
 # they are unreliable the chunked PyTorch form, see zoo.kernels.backend)
-FAST_PATHS = {"hyena": ("long_conv", {"fft"}), "rwkv": ("wkv4", {"triton"}), "rwkv7": ("rwkv7", {"fla", "chunked"}),
+FAST_PATHS = {"hyena": ("gated_long_conv", {"triton"}), "rwkv": ("wkv4", {"triton"}), "rwkv7": ("rwkv7", {"fla", "chunked"}),
               "mamba": ("selective_scan", {"mamba_ssm", "triton"}), "mamba2": ("ssd", {"chunked"}),
               "based": ("based", {"fla"})}
 
@@ -89,7 +89,7 @@ def test_cpu_runs_the_reference_path(mixer):
     backend.clear()
     small_model(mixer)(torch.randint(0, 64, (1, 8)))
     op, _ = FAST_PATHS[mixer]
-    assert backend.last_backend(op) == ("fft" if mixer == "hyena" else backend.NAIVE)  # Hyena: FFT on every device
+    assert backend.last_backend(op) == backend.NAIVE
 
 
 @pytest.mark.gpu

@@ -5,7 +5,7 @@ streams ``(x1, x2, v)``, then ``y = x2 * (h * (x1 * v))`` where ``h`` is a lengt
 produced by a small MLP (shared-frequency ``sin`` activations) from positional features and modulated
 by an exponential decay; ``*`` with ``h`` is a causal convolution done by FFT with 2L zero padding,
 plus a per-channel skip ``bias`` (``zoo.kernels.long_conv``). Finally ``out_proj``. The same FFT path runs
-on CPU and GPU.
+on CPU and GPU; on GPU the gates around it are fused into Triton kernels (``gated_long_conv``).
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import math
 import torch
 from torch import nn
 
-from zoo.kernels.long_conv import long_conv
+from zoo.kernels.long_conv import gated_long_conv
 from zoo.errors import ConfigError
 from zoo.mixers.short_conv import ShortConv
 from zoo.mixers.registry import register_mixer
@@ -106,9 +106,8 @@ class Hyena(nn.Module):
         self.out_proj = nn.Linear(d_model, d_model)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x1, x2, v = self.short_conv(self.in_proj(x)).chunk(3, dim=-1)
-        y = long_conv(x1 * v, self.filter(x.shape[1]), self.filter_bias)
-        return self.out_proj(x2 * y)
+        y = gated_long_conv(self.short_conv(self.in_proj(x)), self.filter(x.shape[1]), self.filter_bias)
+        return self.out_proj(y)
 
     def state_size(self, seq_len: int) -> int:
         """Values per sequence: the long conv needs its whole input history (``seq_len * D``), plus the

@@ -5,8 +5,9 @@ Per head ``h`` (head dim P) and state size N::
     S_t = exp(dt_t A_h) S_{t-1} + dt_t B_t x_t^T      S: (N, P)
     y_t = S_t^T C_t + D_h x_t
 
-The scan is ``zoo.kernels.ssd.ssd``: on GPU the chunked SSD algorithm in batched matmuls, on CPU the exact
-quadratic form.
+The scan, D's skip included, is ``zoo.kernels.ssd.ssd``: on GPU the chunked SSD algorithm in batched matmuls (on
+tensor cores under bf16 autocast), on CPU the exact quadratic form. The gated norm's RMSNorm is
+``zoo.kernels.layer_norm.rms_norm`` (one Triton kernel each way on GPU).
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from zoo.kernels.layer_norm import rms_norm
 from zoo.kernels.ssd import ssd
 from zoo.errors import ConfigError
 from zoo.mixers.short_conv import ShortConv
@@ -23,7 +25,7 @@ from zoo.mixers.registry import register_mixer
 
 
 class GatedRMSNorm(nn.Module):
-    """rmsnorm(y * silu(z)) * weight over the last dim: (..., E) -> (..., E)."""
+    """rmsnorm(y * silu(z)) * weight over the last dim, float32 math: y, z [..., E] -> [..., E] in z's dtype."""
 
     def __init__(self, dim: int, eps: float = 1e-5):
         super().__init__()
@@ -31,8 +33,8 @@ class GatedRMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, y: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
-        y = (y * F.silu(z)).float()
-        return (y * torch.rsqrt(y.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight).to(z.dtype)
+        # the gate comes first here, so it is not rms_norm's gate (which multiplies after the norm)
+        return rms_norm(y * F.silu(z), self.weight, self.eps, out_dtype=z.dtype)
 
 
 @register_mixer("mamba2")
@@ -75,8 +77,8 @@ class Mamba2(nn.Module):
         z, xbc, dt = self.in_proj(u).split([self.d_inner, self.d_inner + 2 * self.d_state, self.nheads], dim=-1)
         x, B, C = self.conv(xbc).split([self.d_inner, self.d_state, self.d_state], dim=-1)
         x = x.reshape(Bt, L, self.nheads, self.headdim)
-        dt = F.softplus(dt.float() + self.dt_bias)
-        y = ssd(x, dt, -torch.exp(self.A_log.float()), B, C) + x * self.D[:, None].to(x.dtype)
+        dt = F.softplus(dt + self.dt_bias)  # float32: autocast's bf16 dt and the float32 bias promote in one kernel
+        y = ssd(x, dt, -torch.exp(self.A_log.float()), B, C, self.D)
         return self.out_proj(self.norm(y.reshape(Bt, L, self.d_inner), z))
 
     def state_size(self, seq_len: int) -> int:

@@ -1,0 +1,260 @@
+"""Hyena's gates fused around the FFT long convolution: ``out = x2 * long_conv(x1 * v, h, bias)`` with
+``x1, x2, v = xbc.chunk(3, -1)``, forward and backward in one ``torch.autograd.Function``, float32 inside.
+
+Layout. The FFT buffers are [B, D, 2L], time last and contiguous, so cuFFT transforms B * D contiguous rows with
+one batched plan (``torch.fft`` along dim 1 of a [B, L, D] tensor first copies it to that layout internally).
+Four Triton kernels move between the [B, L, *] layout of xbc and the gradients and this one, reading xbc and the
+output gradient where they lie (any strides), and writing the zero padding of the second half themselves
+(``rfft(n=2L)`` of a length-L input would allocate a padded copy).
+
+Spectrum. The skip ``bias * u[t]`` is one more term at lag 0: with h_eff = h plus ``bias`` on tap 0, y is the causal
+convolution of u with h_eff alone, and since the DFT of a tap at 0 is flat, one product with
+``hf = (rfft(h, 2L) + bias) / 2L``, [D, L + 1], does it. The ``1 / 2L`` is irfft's normalization: the irffts run with
+``norm="forward"``, which skips their scaling pass over [B, D, 2L].
+
+Forward: u = x1 * v (padded, ``_gate_in_kernel``); yc = irfft(rfft(u) * hf) (``_filter_kernel``); out = x2 * y
+with y = yc[:L] (``_gate_out_kernel``). Saved: xbc, hf, uf = rfft(u) [B, D, L + 1] complex64 and yc [B, D, 2L]
+float32 (about B * D * 2L * 4 bytes each: 67 MB at B=256, L=256, D=128).
+
+Backward, with g = dout * x2 (``_gate_grad_in_kernel``, which also writes dx2 = dout * y):
+  du[s] = sum_{t>=s} h_eff[t - s] g[t] = irfft(rfft(g) * conj(hf))[s] for s < L (the correlation with the filter;
+    t < s would reach lag t - s + 2L >= L, where the padded filter is zero);
+  dx1 = du * v, dv = du * x1 (``_gate_grad_out_kernel``, into the same contiguous [B, L, 3D] as dx2);
+  dh_eff[k] = sum_{b, t} g[t] u[t - k] = irfft(sum_b conj(uf) * rfft(g))[k] for k < L (t < k reads u's zero half,
+    so nothing wraps around); dh = dh_eff, and dbias = dh_eff[:, 0], the skip being tap 0.
+``_filter_grad_kernel`` forms rfft(g) * conj(hf) in place and, for each chunk of ``Tiles.b`` sequences, the sum over
+the chunk of conj(uf) * rfft(g) into its own row; one ``torch.sum`` over the rows finishes the batch sum. No atomics
+(the filter gradient is the same bits on every run); every shape follows from the inputs' (no host sync), so a
+CUDA graph captures both passes.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+import triton
+import triton.language as tl
+
+from zoo.kernels.short_conv.tiled import _rows
+
+NUM_WARPS = 4
+
+
+class Tiles(NamedTuple):
+    """Tile sizes, powers of two: times x channels of the four gate kernels, sequences x flattened (channel,
+    frequency) pairs of the two spectral ones. Tests make them small so that partial tiles fall inside tiny inputs.
+
+    The gate kernels read one layout and write the other, so both sides of a tile should be whole 128-byte rows:
+    32 float32 times of a buffer, 64 bf16 channels of xbc. Compiled for sm_90 with 4 warps and no specialization,
+    64 x 64 tiles took up to 226 registers a thread (the backward's first kernel holds five tiles), 32 x 64 at most
+    114, the spectral kernels 68 at 16 x 32; as the JIT specializes a launch at B=256, L=256, D=128 (contiguous
+    channels), at most 48 with bf16 inputs, every global access 16 bytes wide (8 for the complex pairs). Chosen
+    from the compiled code, not timed on a GPU."""
+    t: int = 32
+    d: int = 64
+    b: int = 16  # sequences summed per row of the filter gradient's partial sums: B / 16 rows of D * (L + 1)
+    n: int = 32
+
+
+@triton.jit
+def _gate_tile(L, D, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr):
+    """(times t [BLOCK_T], channels d [BLOCK_D], sequence b, d < D, mask of the tile inside [L, D]) of this program."""
+    t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
+    d = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
+    d_ok = d < D
+    return t, d, tl.program_id(2).to(tl.int64), d_ok, (t < L)[:, None] & d_ok[None, :]
+
+
+@triton.jit
+def _padded(P, b, t, d, L, D):
+    """Pointers to P[b, d, t] of a contiguous [B, D, 2L] buffer, [BLOCK_T, BLOCK_D]."""
+    # the sequence's offset in int64 on the scalar pointer, the tile's in int32: half the registers of int64 tiles
+    return P + b * D * (2 * L) + (d[None, :] * (2 * L) + t[:, None])
+
+
+@triton.jit
+def _sequence(P, b, t, d, L, C):
+    """Pointers to P[b, t, d] of a contiguous [B, L, C] tensor, [BLOCK_T, BLOCK_D]."""
+    return P + b * L * C + (t[:, None] * C + d[None, :])
+
+
+@triton.jit
+def _gate_in_kernel(XBC, U, L, D, sx_b, sx_t, sx_c, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr):
+    """U [B, D, 2L] <- x1 * v at times < L, zero after; x1, v read from XBC [B, L, 3D]."""
+    t, d, b, d_ok, ok = _gate_tile(L, D, BLOCK_T, BLOCK_D)
+    X = XBC + b * sx_b
+    u = _rows(X, t, d, d_ok, L, sx_t, sx_c) * _rows(X + 2 * D * sx_c, t, d, d_ok, L, sx_t, sx_c)
+    dst = _padded(U, b, t, d, L, D)
+    tl.store(dst, u, mask=ok)
+    tl.store(dst + L, tl.zeros_like(u), mask=ok)
+
+
+@triton.jit
+def _gate_out_kernel(YC, XBC, OUT, L, D, sx_b, sx_t, sx_c, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr):
+    """OUT [B, L, D] <- x2 * y, y the first L times of YC [B, D, 2L]."""
+    t, d, b, d_ok, ok = _gate_tile(L, D, BLOCK_T, BLOCK_D)
+    y = tl.load(_padded(YC, b, t, d, L, D), mask=ok)
+    x2 = _rows(XBC + b * sx_b + D * sx_c, t, d, d_ok, L, sx_t, sx_c)
+    tl.store(_sequence(OUT, b, t, d, L, D), (x2 * y).to(OUT.dtype.element_ty), mask=ok)
+
+
+@triton.jit
+def _gate_grad_in_kernel(DOUT, XBC, YC, G, DXBC, L, D, sx_b, sx_t, sx_c, sd_b, sd_t, sd_c,
+                         BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr):
+    """G [B, D, 2L] <- g = dout * x2 at times < L, zero after; the x2 third of DXBC [B, L, 3D] <- dout * y."""
+    t, d, b, d_ok, ok = _gate_tile(L, D, BLOCK_T, BLOCK_D)
+    dout = _rows(DOUT + b * sd_b, t, d, d_ok, L, sd_t, sd_c)
+    g = dout * _rows(XBC + b * sx_b + D * sx_c, t, d, d_ok, L, sx_t, sx_c)
+    dst = _padded(G, b, t, d, L, D)
+    tl.store(dst, g, mask=ok)
+    tl.store(dst + L, tl.zeros_like(g), mask=ok)
+    y = tl.load(_padded(YC, b, t, d, L, D), mask=ok)
+    tl.store(_sequence(DXBC, b, t, d, L, 3 * D) + D, (dout * y).to(DXBC.dtype.element_ty), mask=ok)
+
+
+@triton.jit
+def _gate_grad_out_kernel(DU, XBC, DXBC, L, D, sx_b, sx_t, sx_c, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr):
+    """The x1 and v thirds of DXBC [B, L, 3D] <- du * v and du * x1, du the first L times of DU [B, D, 2L]."""
+    t, d, b, d_ok, ok = _gate_tile(L, D, BLOCK_T, BLOCK_D)
+    du = tl.load(_padded(DU, b, t, d, L, D), mask=ok)
+    X = XBC + b * sx_b
+    x1 = _rows(X, t, d, d_ok, L, sx_t, sx_c)
+    v = _rows(X + 2 * D * sx_c, t, d, d_ok, L, sx_t, sx_c)
+    dst = _sequence(DXBC, b, t, d, L, 3 * D)
+    tl.store(dst, (du * v).to(DXBC.dtype.element_ty), mask=ok)
+    tl.store(dst + 2 * D, (du * x1).to(DXBC.dtype.element_ty), mask=ok)
+
+
+@triton.jit
+def _spectral_tile(B, N, BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr):
+    """(pairs n [BLOCK_N], n < N, offsets b * N + n and mask [BLOCK_B, BLOCK_N]) of this program's tile of a
+    [B, N] spectrum, N = D * (L + 1) (channel, frequency) pairs."""
+    n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    b = tl.program_id(1) * BLOCK_B + tl.arange(0, BLOCK_B)
+    n_ok = n < N
+    return n, n_ok, b.to(tl.int64)[:, None] * N + n[None, :], (b < B)[:, None] & n_ok[None, :]
+
+
+@triton.jit
+def _complex_pointers(P, offs):
+    """Pointers to the (real, imaginary) pairs of the complex elements ``offs`` [R, N] of a complex64 tensor viewed
+    as float32: [R, N, 2], so that a pair is one 8-byte load."""
+    return P + 2 * offs[:, :, None] + tl.arange(0, 2)[None, None, :]
+
+
+@triton.jit
+def _load_complex(P, offs, ok):
+    """(real, imaginary), float32 [R, N] each, zero where ``ok`` is false."""
+    return tl.split(tl.load(_complex_pointers(P, offs), mask=ok[:, :, None], other=0.0))
+
+
+@triton.jit
+def _store_complex(P, offs, ok, re, im):
+    tl.store(_complex_pointers(P, offs), tl.join(re, im), mask=ok[:, :, None])
+
+
+@triton.jit
+def _filter_kernel(UF, HF, YF, B, N, BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr):
+    """YF[b] = UF[b] * HF on [B, N] spectra, HF [N] shared by the batch."""
+    n, n_ok, offs, ok = _spectral_tile(B, N, BLOCK_B, BLOCK_N)
+    ur, ui = _load_complex(UF, offs, ok)
+    hr, hi = _load_complex(HF, n[None, :], n_ok[None, :])
+    _store_complex(YF, offs, ok, ur * hr - ui * hi, ur * hi + ui * hr)
+
+
+@triton.jit
+def _filter_grad_kernel(GF, UF, HF, PARTIAL, B, N, BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr):
+    """GF[b] <- GF[b] * conj(HF) in place (the spectrum of du), and row ``program_id(1)`` of PARTIAL [B / BLOCK_B, N]
+    <- the sum of conj(UF[b]) * GF[b] over this program's sequences (the filter gradient's spectrum, in part)."""
+    n, n_ok, offs, ok = _spectral_tile(B, N, BLOCK_B, BLOCK_N)
+    gr, gi = _load_complex(GF, offs, ok)
+    hr, hi = _load_complex(HF, n[None, :], n_ok[None, :])
+    _store_complex(GF, offs, ok, gr * hr + gi * hi, gi * hr - gr * hi)
+    ur, ui = _load_complex(UF, offs, ok)  # zero outside the batch: masked rows add nothing to the sums
+    row = tl.program_id(1).to(tl.int64) * N + n[None, :]
+    _store_complex(PARTIAL, row, n_ok[None, :], tl.sum(ur * gr + ui * gi, axis=0)[None, :],
+                   tl.sum(ur * gi - ui * gr, axis=0)[None, :])
+
+
+def _gate_grid(xbc: torch.Tensor, tiles: Tiles) -> tuple[int, int, int]:
+    B, L, D3 = xbc.shape
+    return triton.cdiv(L, tiles.t), triton.cdiv(D3 // 3, tiles.d), B
+
+
+def _spectral_grid(B: int, N: int, tiles: Tiles) -> tuple[int, int]:
+    return triton.cdiv(N, tiles.n), triton.cdiv(B, tiles.b)
+
+
+def gated_long_conv_forward(xbc, h, bias, tiles: Tiles):
+    """xbc [B, L, 3D] (any strides); h [L, D]; bias [D] -> (out [B, L, D] in xbc's dtype, contiguous; and what the
+    backward reads: hf [D, L + 1] the scaled filter spectrum, uf [B, D, L + 1] the input spectrum, yc [B, D, 2L]
+    the convolution, y at times < L)."""
+    B, L, D3 = xbc.shape
+    D, n = D3 // 3, 2 * L
+    hf = (torch.fft.rfft(h.float().t(), n=n) + bias.float()[:, None]) / n  # the skip and irfft's 1/n (docstring)
+    grid = _gate_grid(xbc, tiles)
+    u = torch.empty(B, D, n, dtype=torch.float32, device=xbc.device)
+    _gate_in_kernel[grid](xbc, u, L, D, *xbc.stride(), BLOCK_T=tiles.t, BLOCK_D=tiles.d, num_warps=NUM_WARPS)
+    uf = torch.fft.rfft(u)
+    yf = torch.empty_like(uf)
+    N = D * (L + 1)
+    _filter_kernel[_spectral_grid(B, N, tiles)](
+        torch.view_as_real(uf), torch.view_as_real(hf), torch.view_as_real(yf), B, N, BLOCK_B=tiles.b,
+        BLOCK_N=tiles.n, num_warps=NUM_WARPS)
+    yc = torch.fft.irfft(yf, n=n, norm="forward")
+    out = torch.empty(B, L, D, dtype=xbc.dtype, device=xbc.device)
+    _gate_out_kernel[grid](yc, xbc, out, L, D, *xbc.stride(), BLOCK_T=tiles.t, BLOCK_D=tiles.d,
+                           num_warps=NUM_WARPS)
+    return out, hf, uf, yc
+
+
+def gated_long_conv_backward(dout, xbc, hf, uf, yc, tiles: Tiles):
+    """dout [B, L, D] (any strides) and the forward's saved tensors -> (dxbc [B, L, 3D] in xbc's dtype, contiguous;
+    dh_eff [D, L] float32, the gradient of the filter whose tap 0 holds the skip: dh = dh_eff.t(), dbias =
+    dh_eff[:, 0])."""
+    B, L, D3 = xbc.shape
+    D, n = D3 // 3, 2 * L
+    N = D * (L + 1)
+    grid = _gate_grid(xbc, tiles)
+    dxbc = torch.empty(B, L, D3, dtype=xbc.dtype, device=xbc.device)
+    g = torch.empty(B, D, n, dtype=torch.float32, device=xbc.device)
+    _gate_grad_in_kernel[grid](dout, xbc, yc, g, dxbc, L, D, *xbc.stride(), *dout.stride(), BLOCK_T=tiles.t,
+                               BLOCK_D=tiles.d, num_warps=NUM_WARPS)
+    gf = torch.fft.rfft(g)
+    spectral = _spectral_grid(B, N, tiles)
+    partial = torch.empty(spectral[1], D, L + 1, dtype=torch.complex64, device=xbc.device)
+    _filter_grad_kernel[spectral](
+        torch.view_as_real(gf), torch.view_as_real(uf), torch.view_as_real(hf), torch.view_as_real(partial), B, N,
+        BLOCK_B=tiles.b, BLOCK_N=tiles.n, num_warps=NUM_WARPS)
+    du = torch.fft.irfft(gf, n=n, norm="forward")
+    _gate_grad_out_kernel[grid](du, xbc, dxbc, L, D, *xbc.stride(), BLOCK_T=tiles.t, BLOCK_D=tiles.d,
+                                num_warps=NUM_WARPS)
+    return dxbc, torch.fft.irfft(partial.sum(0), n=n)[:, :L]
+
+
+class GatedLongConvFunction(torch.autograd.Function):
+    """:func:`gated_long_conv_forward`, saving xbc and its float32 intermediates; :func:`gated_long_conv_backward`."""
+
+    @staticmethod
+    def forward(ctx, xbc, h, bias, tiles):
+        out, *saved = gated_long_conv_forward(xbc, h, bias, tiles)
+        ctx.save_for_backward(xbc, *saved)
+        ctx.dtypes, ctx.tiles = (h.dtype, bias.dtype), tiles
+        return out
+
+    @staticmethod
+    def backward(ctx, dout):
+        dxbc, dh_eff = gated_long_conv_backward(dout, *ctx.saved_tensors, ctx.tiles)
+        h_dtype, bias_dtype = ctx.dtypes
+        return dxbc, dh_eff.t().to(h_dtype), dh_eff[:, 0].to(bias_dtype), None
+
+
+def gated_long_conv(xbc: torch.Tensor, h: torch.Tensor, bias: torch.Tensor, tiles: Tiles = Tiles()) -> torch.Tensor:
+    """The entry's signature: xbc [B, L, 3D] (any strides); h [L, D]; bias [D] -> [B, L, D] in xbc's dtype;
+    gradients in their inputs' dtypes."""
+    B, L, D3 = xbc.shape
+    D = D3 // 3
+    if D3 % 3 or h.shape != (L, D) or bias.shape != (D,):
+        raise ValueError(f"gated_long_conv: xbc {tuple(xbc.shape)}, h {tuple(h.shape)} and bias "
+                         f"{tuple(bias.shape)} do not fit: expected [B, L, 3D], [L, D] and [D]")
+    return GatedLongConvFunction.apply(xbc, h, bias, tiles)
