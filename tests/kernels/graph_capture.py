@@ -16,3 +16,16 @@ def capture(step, warmups: int = 1):
     with torch.cuda.graph(graph):
         outputs = step()
     return graph, outputs
+
+
+def assert_replays_like_eager(step, leaf: torch.Tensor):
+    """Records ``step`` (forward and backward; its first output detached), gives ``leaf`` new random values and
+    replays: the graph's outputs equal an eager ``step()`` on the new values bit for bit, and its first output
+    differs from the one before (the replay really recomputed it)."""
+    before = step()
+    graph, captured = capture(step)
+    with torch.no_grad():
+        leaf.copy_(torch.randn_like(leaf))
+    graph.replay()
+    assert all(torch.equal(c, e) for c, e in zip(captured, step()))
+    assert not torch.equal(captured[0], before[0])
