@@ -2,8 +2,18 @@
 from __future__ import annotations
 
 import torch
+import triton
+import triton.language as tl
 
 
 def last_dim_contiguous(x: torch.Tensor) -> torch.Tensor:
     """x itself when its last dim has stride 1 (the kernels' vector loads need it), else a contiguous copy."""
     return x if x.stride(-1) == 1 else x.contiguous()
+
+
+@triton.jit
+def time_tile(P, t, c, c_ok, T, s_t, s_c):
+    """P[t, c] of one sequence with any strides, float32 [BLOCK_T, BLOCK_C]: zero at times outside [0, T) (a causal
+    filter's padding before t = 0, a tile's part past the end) and where ``c_ok`` is False."""
+    ok = ((t >= 0) & (t < T))[:, None] & c_ok[None, :]
+    return tl.load(P + t[:, None] * s_t + c[None, :] * s_c, mask=ok, other=0.0).to(tl.float32)

@@ -35,7 +35,7 @@ import torch
 import triton
 import triton.language as tl
 
-from zoo.kernels.short_conv.tiled import _rows
+from zoo.kernels.layout import time_tile
 
 NUM_WARPS = 4
 
@@ -83,7 +83,7 @@ def _gate_in_kernel(XBC, U, L, D, sx_b, sx_t, sx_c, BLOCK_T: tl.constexpr, BLOCK
     """U [B, D, 2L] <- x1 * v at times < L, zero after; x1, v read from XBC [B, L, 3D]."""
     t, d, b, d_ok, ok = _gate_tile(L, D, BLOCK_T, BLOCK_D)
     X = XBC + b * sx_b
-    u = _rows(X, t, d, d_ok, L, sx_t, sx_c) * _rows(X + 2 * D * sx_c, t, d, d_ok, L, sx_t, sx_c)
+    u = time_tile(X, t, d, d_ok, L, sx_t, sx_c) * time_tile(X + 2 * D * sx_c, t, d, d_ok, L, sx_t, sx_c)
     dst = _padded(U, b, t, d, L, D)
     tl.store(dst, u, mask=ok)
     tl.store(dst + L, tl.zeros_like(u), mask=ok)
@@ -94,7 +94,7 @@ def _gate_out_kernel(YC, XBC, OUT, L, D, sx_b, sx_t, sx_c, BLOCK_T: tl.constexpr
     """OUT [B, L, D] <- x2 * y, y the first L times of YC [B, D, 2L]."""
     t, d, b, d_ok, ok = _gate_tile(L, D, BLOCK_T, BLOCK_D)
     y = tl.load(_padded(YC, b, t, d, L, D), mask=ok)
-    x2 = _rows(XBC + b * sx_b + D * sx_c, t, d, d_ok, L, sx_t, sx_c)
+    x2 = time_tile(XBC + b * sx_b + D * sx_c, t, d, d_ok, L, sx_t, sx_c)
     tl.store(_sequence(OUT, b, t, d, L, D), (x2 * y).to(OUT.dtype.element_ty), mask=ok)
 
 
@@ -103,8 +103,8 @@ def _gate_grad_in_kernel(DOUT, XBC, YC, G, DXBC, L, D, sx_b, sx_t, sx_c, sd_b, s
                          BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr):
     """G [B, D, 2L] <- g = dout * x2 at times < L, zero after; the x2 third of DXBC [B, L, 3D] <- dout * y."""
     t, d, b, d_ok, ok = _gate_tile(L, D, BLOCK_T, BLOCK_D)
-    dout = _rows(DOUT + b * sd_b, t, d, d_ok, L, sd_t, sd_c)
-    g = dout * _rows(XBC + b * sx_b + D * sx_c, t, d, d_ok, L, sx_t, sx_c)
+    dout = time_tile(DOUT + b * sd_b, t, d, d_ok, L, sd_t, sd_c)
+    g = dout * time_tile(XBC + b * sx_b + D * sx_c, t, d, d_ok, L, sx_t, sx_c)
     dst = _padded(G, b, t, d, L, D)
     tl.store(dst, g, mask=ok)
     tl.store(dst + L, tl.zeros_like(g), mask=ok)
@@ -118,8 +118,8 @@ def _gate_grad_out_kernel(DU, XBC, DXBC, L, D, sx_b, sx_t, sx_c, BLOCK_T: tl.con
     t, d, b, d_ok, ok = _gate_tile(L, D, BLOCK_T, BLOCK_D)
     du = tl.load(_padded(DU, b, t, d, L, D), mask=ok)
     X = XBC + b * sx_b
-    x1 = _rows(X, t, d, d_ok, L, sx_t, sx_c)
-    v = _rows(X + 2 * D * sx_c, t, d, d_ok, L, sx_t, sx_c)
+    x1 = time_tile(X, t, d, d_ok, L, sx_t, sx_c)
+    v = time_tile(X + 2 * D * sx_c, t, d, d_ok, L, sx_t, sx_c)
     dst = _sequence(DXBC, b, t, d, L, 3 * D)
     tl.store(dst, (du * v).to(DXBC.dtype.element_ty), mask=ok)
     tl.store(dst + 2 * D, (du * x1).to(DXBC.dtype.element_ty), mask=ok)

@@ -21,17 +21,12 @@ import torch
 import triton
 import triton.language as tl
 
+from zoo.kernels.layout import time_tile
+
 # Default tile. 64 channels are one 128-byte row of bf16 (a cache line) and divide the channel counts of the main
 # shapes (192 to 1536), so no lane idles; 64 times keep the K - 1 rows read again at a tile's border under 11% and
 # the backward's float32 partial sums at (K + 1) / 64 as many rows as x. 4 warps: 32 values per thread and tile.
 BLOCK_T, BLOCK_C, NUM_WARPS = 64, 64, 4
-
-
-@triton.jit
-def _rows(P, t, c, c_ok, T, s_t, s_c):
-    """P[t, c] in float32 [BLOCK_T, BLOCK_C], zero at times outside [0, T) (the causal padding) and past C."""
-    ok = ((t >= 0) & (t < T))[:, None] & c_ok[None, :]
-    return tl.load(P + t[:, None] * s_t + c[None, :] * s_c, mask=ok, other=0.0).to(tl.float32)
 
 
 @triton.jit
@@ -43,9 +38,9 @@ def _tap(W, c, c_ok, sw_c, sw_k, j):
 @triton.jit
 def _pre_activation(X, W, BIAS, t, c, c_ok, T, sx_t, sx_c, sw_c, sw_k, K: tl.constexpr):
     """bias + sum_j w[:, j] x[t - K + 1 + j] at times t, float32 [BLOCK_T, BLOCK_C]; X points at one sequence."""
-    pre = _tap(W, c, c_ok, sw_c, sw_k, 0) * _rows(X, t - K + 1, c, c_ok, T, sx_t, sx_c)
+    pre = _tap(W, c, c_ok, sw_c, sw_k, 0) * time_tile(X, t - K + 1, c, c_ok, T, sx_t, sx_c)
     for j in tl.static_range(1, K):
-        pre += _tap(W, c, c_ok, sw_c, sw_k, j) * _rows(X, t - K + 1 + j, c, c_ok, T, sx_t, sx_c)
+        pre += _tap(W, c, c_ok, sw_c, sw_k, j) * time_tile(X, t - K + 1 + j, c, c_ok, T, sx_t, sx_c)
     if BIAS is not None:
         pre += tl.load(BIAS + c, mask=c_ok, other=0.0).to(tl.float32)[None, :]
     return pre
@@ -55,7 +50,7 @@ def _pre_activation(X, W, BIAS, t, c, c_ok, T, sx_t, sx_c, sw_c, sw_k, K: tl.con
 def _pre_activation_grad(X, W, BIAS, DY, t, c, c_ok, T, sx_t, sx_c, sd_t, sd_c, sw_c, sw_k, K: tl.constexpr,
                          SILU: tl.constexpr):
     """g = dL/dpre at times t, float32 [BLOCK_T, BLOCK_C]: dy, times silu'(pre) under silu; zero at t >= T."""
-    g = _rows(DY, t, c, c_ok, T, sd_t, sd_c)
+    g = time_tile(DY, t, c, c_ok, T, sd_t, sd_c)
     if SILU:
         pre = _pre_activation(X, W, BIAS, t, c, c_ok, T, sx_t, sx_c, sw_c, sw_k, K)
         s = tl.sigmoid(pre)
@@ -97,7 +92,7 @@ def _backward_kernel(X, W, BIAS, DY, DX, PARTIAL, T, C, sx_b, sx_t, sx_c, sd_b, 
     # this tile's row of the partial sums: taps 0..K-1, then the bias
     row = PARTIAL + (b * tl.num_programs(0) + tl.program_id(0)) * s_row + c
     for j in tl.static_range(K):
-        tl.store(row + j * C, tl.sum(g * _rows(X, t - K + 1 + j, c, c_ok, T, sx_t, sx_c), axis=0), mask=c_ok)
+        tl.store(row + j * C, tl.sum(g * time_tile(X, t - K + 1 + j, c, c_ok, T, sx_t, sx_c), axis=0), mask=c_ok)
     if BIAS is not None:
         tl.store(row + K * C, tl.sum(g, axis=0), mask=c_ok)
 
