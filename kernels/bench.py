@@ -40,6 +40,19 @@ def timed(fn, grads=()):
     return do_bench(fn, warmup=50, rep=200, grad_to_none=list(grads))
 
 
+def timed_pair(fwd, grad, leaves):
+    """(forward ms, forward + backward ms) of ``fwd()``, the backward seeded with ``grad``, clearing the leaves'
+    grads between calls."""
+    return timed(fwd), timed(lambda: fwd().backward(grad), leaves)
+
+
+def print_pairs(rows):
+    """One line per row of ``timed_pair`` results (or a reason the row did not run), under a header."""
+    print(f"{'':44s} {'fwd ms':>9s} {'fwd+bwd ms':>11s}")
+    for name, row in rows.items():
+        print(f"{name:44s} " + (row if isinstance(row, str) else f"{row[0]:9.3f} {row[1]:11.3f}"))
+
+
 def band_pairs(T: int, window: int) -> int:
     """Number of (query, key) pairs inside the causal window."""
     w = min(window, T)
@@ -57,14 +70,9 @@ def attention_rows(B, H, T, D, window, dtype):
     u = gate_cumsum(h, beta).detach().requires_grad_()
     do = torch.randn_like(q)
 
-    def pair(fwd, leaves, grad_out):
-        def fwd_bwd():
-            fwd().backward(grad_out)
-        return timed(fwd), timed(fwd_bwd, leaves)
-
     rows = {}
-    rows["ours"] = pair(lambda: gated_window_attention(q, k, v, u, window), (q, k, v, u), do)
-    rows["ours, gate off"] = pair(lambda: gated_window_attention(q, k, v, None, window), (q, k, v), do)
+    rows["ours"] = timed_pair(lambda: gated_window_attention(q, k, v, u, window), do, (q, k, v, u))
+    rows["ours, gate off"] = timed_pair(lambda: gated_window_attention(q, k, v, None, window), do, (q, k, v))
 
     qt, kt, vt = (x.detach().transpose(1, 2).contiguous().requires_grad_() for x in (q, k, v))
     do_t = do.transpose(1, 2).contiguous()
@@ -91,7 +99,7 @@ def attention_rows(B, H, T, D, window, dtype):
 
         def flex_fwd():
             return flex_gated(qt, kt, vt, ut)
-        rows["FlexAttention"] = pair(flex_fwd, (qt, kt, vt, ut), do_t)
+        rows["FlexAttention"] = timed_pair(flex_fwd, do_t, (qt, kt, vt, ut))
     except Exception as err:  # a peer failing must not hide the other rows
         rows["FlexAttention"] = f"failed: {type(err).__name__}: {str(err)[:80]}"
 
@@ -99,9 +107,9 @@ def attention_rows(B, H, T, D, window, dtype):
     if fla_attn is None:
         rows["fla parallel_attn"] = "skipped: flash-linear-attention (fla.ops.attn) not importable"
     else:
-        rows["fla parallel_attn"] = pair(lambda: fla_attn.parallel_attn(q, k, v, g=-alpha, window_size=window),
-                                         (q, k, v, alpha), do)
-    rows["SDPA causal, full, no gate"] = pair(sdpa_fwd, (qt, kt, vt), do_t)
+        rows["fla parallel_attn"] = timed_pair(
+            lambda: fla_attn.parallel_attn(q, k, v, g=-alpha, window_size=window), do, (q, k, v, alpha))
+    rows["SDPA causal, full, no gate"] = timed_pair(sdpa_fwd, do_t, (qt, kt, vt))
     return rows
 
 
@@ -189,16 +197,13 @@ def selective_scan_rows(Bt, L, E, N):
     leaves = (u, dt, z, B, C, A, D, bias)
     grad = torch.randn(Bt, L, E, device=dev)
 
-    def pair(call):
-        return timed(call), timed(lambda: call().backward(grad), leaves)
-
     rows = {}
     for launch in dict.fromkeys([Launch(), *SCAN_LAUNCHES]):
-        rows[f"ours {launch.block_e:>2d} ch, {launch.num_warps} warps, {launch.num_stages} stages"] = pair(
-            lambda: selective_scan(u, dt, A, B, C, D, z, bias, True, launch=launch))
+        rows[f"ours {launch.block_e:>2d} ch, {launch.num_warps} warps, {launch.num_stages} stages"] = timed_pair(
+            lambda: selective_scan(u, dt, A, B, C, D, z, bias, True, launch=launch), grad, leaves)
     try:
-        rows["mamba-ssm selective_scan_fn"] = pair(
-            lambda: selective_scan_entry(u, dt, A, B, C, D, z, bias, True, backend="mamba_ssm"))
+        rows["mamba-ssm selective_scan_fn"] = timed_pair(
+            lambda: selective_scan_entry(u, dt, A, B, C, D, z, bias, True, backend="mamba_ssm"), grad, leaves)
     except ImportError as err:
         rows["mamba-ssm selective_scan_fn"] = f"not run: {err}"
     return rows
@@ -220,7 +225,7 @@ def short_conv_rows(B, T, C, K):
             def call():
                 with torch.autocast("cuda", dtype=torch.bfloat16):
                     return short_conv(x, w, b, activation=activation, backend=backend)
-            rows[f"{backend}, {activation or 'no activation'}"] = timed(call), timed(lambda: call().backward(grad), (x, w, b))
+            rows[f"{backend}, {activation or 'no activation'}"] = timed_pair(call, grad, (x, w, b))
     return rows
 
 
@@ -238,7 +243,7 @@ def gated_long_conv_rows(B, L, D):
         def call():
             with torch.autocast("cuda", dtype=torch.bfloat16):
                 return gated_long_conv(xbc, h, bias, backend=backend)
-        rows[backend] = timed(call), timed(lambda: call().backward(grad), (xbc, h, bias))
+        rows[backend] = timed_pair(call, grad, (xbc, h, bias))
     return rows
 
 
@@ -304,18 +309,13 @@ def main(argv: list[str] | None = None):
                 print(f"{op:20s} {backend:14s} " + (f"{ms:9.3f}" if isinstance(ms, float) else ms))
     for Bt, L, E, N in filter(None, args.selective_scan):
         print(f"\nselective scan, B={Bt} L={L} E={E} N={N}, bf16 inputs, D, z, dt bias, softplus")
-        print(f"{'':44s} {'fwd ms':>9s} {'fwd+bwd ms':>11s}")
-        for name, row in selective_scan_rows(Bt, L, E, N).items():
-            print(f"{name:44s} " + (row if isinstance(row, str) else f"{row[0]:9.3f} {row[1]:11.3f}"))
+        print_pairs(selective_scan_rows(Bt, L, E, N))
     for B, T, C, K in filter(None, args.short_conv):
         print(f"\ndepthwise causal conv, B={B} T={T} C={C} K={K}, bf16 input")
-        for name, (fwd, both) in short_conv_rows(B, T, C, K).items():
-            print(f"{name:44s} {fwd:9.3f} {both:11.3f}")
+        print_pairs(short_conv_rows(B, T, C, K))
     for B, L, D in filter(None, args.gated_long_conv):
         print(f"\ngated long conv (Hyena), B={B} L={L} D={D}, bf16 autocast")
-        print(f"{'':44s} {'fwd ms':>9s} {'fwd+bwd ms':>11s}")
-        for name, (fwd, both) in gated_long_conv_rows(B, L, D).items():
-            print(f"{name:44s} {fwd:9.3f} {both:11.3f}")
+        print_pairs(gated_long_conv_rows(B, L, D))
 
 
 if __name__ == "__main__":
