@@ -24,7 +24,7 @@ picks one of two modes per call:
 A chunk-parallel form (a chunk of 8 to 32 steps loaded at once and combined by ``tl.associative_scan`` over a
 (chunk, channels, N) tile, the backward recomputing the chunk and scanning dL/dh in reverse) was tried and measured
 slower on an H200 at every launch choice: forward + backward 4.8 ms at best against this kernel's 1.4 ms at Bt=256,
-L=256, E=256, N=16 (README, "The paper grid on a GPU").
+L=256, E=256, N=16 (``results/SPEED.md``).
 
 B and C are shared by all channels, so each program writes its own partial dB, dC (and dA, dD, d delta_bias over
 the batch) and the wrapper sums them: no atomics, so a run is bit-reproducible.
