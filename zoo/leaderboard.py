@@ -233,8 +233,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="draw only this figure (zoo.figures) as <sweep_dir>/<figure>.png and .pdf")
     args = parser.parse_args(argv)
     if not (Path(args.sweep_dir) / "results.jsonl").exists():
-        print(f"error: sweep_dir={args.sweep_dir!r} is not valid: expected a folder with results.jsonl",
-              file=sys.stderr)
+        runs = Path(args.sweep_dir) / "runs"
+        started = sum(1 for d in runs.iterdir() if d.is_dir()) if runs.is_dir() else 0
+        why = (f"no run has finished yet ({started} started under {runs}; results.jsonl is written when the first "
+               f"one ends)" if started else "expected a folder with results.jsonl")
+        print(f"error: sweep_dir={args.sweep_dir!r} is not valid: {why}", file=sys.stderr)
         return 2
     if args.figure:
         from zoo.figures import draw

@@ -46,6 +46,14 @@ def test_cli_writes_csv_and_png(tmp_path, capsys):
     assert png.stat().st_size > 10_000 and png.read_bytes()[:4] == b"\x89PNG"
     assert "softmax" in capsys.readouterr().out
     assert leaderboard_main([str(tmp_path / "missing")]) == 2
+    assert "expected a folder with results.jsonl" in capsys.readouterr().err
+
+
+def test_cli_says_when_a_sweep_has_no_finished_run_yet(tmp_path, capsys):
+    for run_id in ("a1", "b2"):
+        (tmp_path / "runs" / run_id).mkdir(parents=True)
+    assert leaderboard_main([str(tmp_path)]) == 2
+    assert "no run has finished yet (2 started" in capsys.readouterr().err
 
 
 def run(id, mixer="softmax", lr=1e-3, seed=0, acc=0.5, kv=4, n=64, wd=0.1, task="mqar", status="completed", d=32):
