@@ -73,6 +73,14 @@ def _padded(P, b, t, d, L, D):
 
 
 @triton.jit
+def _store_padded(P, b, t, d, L, D, x, ok):
+    """P[b, d, t] <- x and P[b, d, t + L] <- 0 (the zero half the FFT's 2L padding needs) for a [B, D, 2L] buffer."""
+    dst = _padded(P, b, t, d, L, D)
+    tl.store(dst, x, mask=ok)
+    tl.store(dst + L, tl.zeros_like(x), mask=ok)
+
+
+@triton.jit
 def _sequence(P, b, t, d, L, C):
     """Pointers to P[b, t, d] of a contiguous [B, L, C] tensor, [BLOCK_T, BLOCK_D]."""
     return P + b * L * C + (t[:, None] * C + d[None, :])
@@ -84,9 +92,7 @@ def _gate_in_kernel(XBC, U, L, D, sx_b, sx_t, sx_c, BLOCK_T: tl.constexpr, BLOCK
     t, d, b, d_ok, ok = _gate_tile(L, D, BLOCK_T, BLOCK_D)
     X = XBC + b * sx_b
     u = time_tile(X, t, d, d_ok, L, sx_t, sx_c) * time_tile(X + 2 * D * sx_c, t, d, d_ok, L, sx_t, sx_c)
-    dst = _padded(U, b, t, d, L, D)
-    tl.store(dst, u, mask=ok)
-    tl.store(dst + L, tl.zeros_like(u), mask=ok)
+    _store_padded(U, b, t, d, L, D, u, ok)
 
 
 @triton.jit
@@ -105,9 +111,7 @@ def _gate_grad_in_kernel(DOUT, XBC, YC, G, DXBC, L, D, sx_b, sx_t, sx_c, sd_b, s
     t, d, b, d_ok, ok = _gate_tile(L, D, BLOCK_T, BLOCK_D)
     dout = time_tile(DOUT + b * sd_b, t, d, d_ok, L, sd_t, sd_c)
     g = dout * time_tile(XBC + b * sx_b + D * sx_c, t, d, d_ok, L, sx_t, sx_c)
-    dst = _padded(G, b, t, d, L, D)
-    tl.store(dst, g, mask=ok)
-    tl.store(dst + L, tl.zeros_like(g), mask=ok)
+    _store_padded(G, b, t, d, L, D, g, ok)
     y = tl.load(_padded(YC, b, t, d, L, D), mask=ok)
     tl.store(_sequence(DXBC, b, t, d, L, 3 * D) + D, (dout * y).to(DXBC.dtype.element_ty), mask=ok)
 
