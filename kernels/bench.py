@@ -4,15 +4,17 @@ Rows per attention shape (forward and forward+backward, ms and TFLOP/s of the wi
 ours; ours with the gate off; FlexAttention (``torch.compile``d, score_mod adding ``u_i - u_j``,
 sliding-window block mask); flash-linear-attention ``parallel_attn(g=-alpha, window_size=w)``;
 SDPA full causal attention without gate (a speed reference). Then the preprocessing scan against
-eager and compiled PyTorch, in GB/s next to a device-to-device copy. Then the linear recurrences without a
-kernel of ours (the gated and ungated delta rule, RWKV-7), forward+backward in float32 on every backend of
-their entries: the PyTorch recurrence, the chunked PyTorch form, and fla's kernels where they work. Then Mamba's
-selective scan for every launch choice (channels per program, warps, pipelining stages) next to mamba-ssm's
-``selective_scan_fn`` where it imports, the depthwise causal short conv against PyTorch's grouped conv1d, and
-Hyena's gated long conv fused around its FFTs against the unfused composition.
+eager and compiled PyTorch, in GB/s next to a device-to-device copy. Then the linear recurrences (the gated and
+ungated delta rule, RWKV-7), forward+backward in float32 on every backend of their entries: the PyTorch
+recurrence, the chunked PyTorch form, fla's kernels where they work, and our Triton kernel where there is one
+(RWKV-7). Then RWKV-7's Triton recurrence for every launch choice (value columns per program, warps) next to the
+chunked form, in bf16; Mamba's selective scan for every launch choice (channels per program, warps, pipelining
+stages) next to mamba-ssm's ``selective_scan_fn`` where it imports, the depthwise causal short conv against
+PyTorch's grouped conv1d, and Hyena's gated long conv fused around its FFTs against the unfused composition.
 
     python -m zoo.kernels.bench --shapes 1,16,65536,64,512 256,2,512,64,256 --dtype bf16 --recurrences 128,128,2,64 \
-        --selective-scan 256,256,256,16 --short-conv 256,256,384,3 --gated-long-conv 256,256,128 128,512,64
+        --rwkv7 256,256,2,64 128,512,2,64 --selective-scan 256,256,256,16 --short-conv 256,256,384,3 \
+        --gated-long-conv 256,256,128 128,512,64
 """
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ from zoo.kernels.backend import FLA_CHUNK_MODULES_BROKEN_ON_HOPPER, fla_chunks_u
 from zoo.kernels.gatedfwa import gate_cumsum, gated_window_attention
 from zoo.kernels.gatedfwa.naive import gate_cumsum_ref
 from zoo.kernels.long_conv import gated_long_conv
+from zoo.kernels.rwkv7.fused_recurrent import Launch as Rwkv7Launch, rwkv7_fused
 from zoo.kernels.selective_scan import selective_scan as selective_scan_entry
 from zoo.kernels.selective_scan.fused_recurrent import Launch, selective_scan
 from zoo.kernels.short_conv import short_conv
@@ -177,6 +180,33 @@ def recurrence_rows(B, T, H, K):
     return rows
 
 
+RWKV7_LAUNCHES = [Rwkv7Launch(block_v, warps) for block_v in (16, 32, 64) for warps in (1, 2, 4)]
+
+
+def rwkv7_rows(B, T, H, K):
+    """{launch: (fwd ms, fwd+bwd ms)} of our Triton RWKV-7 recurrence per launch choice, the default first, and of
+    the chunked PyTorch form; bf16 inputs shaped as the layer makes them (log decays below -0.01, a = -kk and
+    b = kk * iclr with kk a unit key)."""
+    dev = "cuda"
+    torch.manual_seed(0)
+
+    def leaf(x):
+        return x.to(torch.bfloat16).detach().requires_grad_()
+
+    r, k, v = (leaf(torch.randn(B, T, H, K, device=dev)) for _ in range(3))
+    w = leaf(-F.softplus(torch.randn(B, T, H, K, device=dev)) - 0.01)
+    kk = F.normalize(torch.randn(B, T, H, K, device=dev), dim=-1)
+    a, b = leaf(-kk), leaf(kk * torch.rand(B, T, H, K, device=dev))
+    leaves = (r, w, k, v, a, b)
+    grad = torch.randn(B, T, H, K, device=dev)
+    rows = {}
+    for launch in dict.fromkeys([Rwkv7Launch(), *RWKV7_LAUNCHES]):
+        rows[f"ours {launch.block_v:>2d} columns, {launch.num_warps} warps"] = timed_pair(
+            lambda: rwkv7_fused(*leaves, launch=launch), grad, leaves)
+    rows["chunked PyTorch form"] = timed_pair(lambda: rwkv7_op.rwkv7(*leaves, backend="chunked"), grad, leaves)
+    return rows
+
+
 SCAN_LAUNCHES = [Launch(block_e, warps, stages) for block_e in (16, 32) for warps in (1, 2, 4) for stages in (1, 2)]
 
 
@@ -272,6 +302,8 @@ def main(argv: list[str] | None = None):
                         help="preprocessing shape T,H (empty to skip)")
     parser.add_argument("--recurrences", type=shape_of("B,T,H,K"), default=(128, 128, 2, 64),
                         help="recurrence shape B,T,H,K (empty to skip)")
+    parser.add_argument("--rwkv7", nargs="*", type=shape_of("B,T,H,K"), default=[(256, 256, 2, 64)],
+                        help="RWKV-7 Triton recurrence shapes B,T,H,K (K = V = head size), every launch choice")
     parser.add_argument("--selective-scan", nargs="*", type=shape_of("B,L,E,N"), default=[(256, 256, 256, 16)],
                         help="Mamba selective scan shapes B,L,E,N (E = expand x d_model), every launch choice")
     parser.add_argument("--short-conv", nargs="*", type=shape_of("B,T,C,K"), default=[(256, 256, 384, 3)],
@@ -307,6 +339,9 @@ def main(argv: list[str] | None = None):
         for op, row in recurrence_rows(B, T, H, K).items():
             for backend, ms in row.items():
                 print(f"{op:20s} {backend:14s} " + (f"{ms:9.3f}" if isinstance(ms, float) else ms))
+    for B, T, H, K in filter(None, args.rwkv7):
+        print(f"\nRWKV-7 recurrence, B={B} T={T} H={H} K=V={K}, bf16 inputs")
+        print_pairs(rwkv7_rows(B, T, H, K))
     for Bt, L, E, N in filter(None, args.selective_scan):
         print(f"\nselective scan, B={Bt} L={L} E={E} N={N}, bf16 inputs, D, z, dt bias, softplus")
         print_pairs(selective_scan_rows(Bt, L, E, N))

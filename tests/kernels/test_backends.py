@@ -42,7 +42,7 @@ ENTRIES = {
     "ssd": (ssd, lambda: (rand(B, T, H, 3), torch.rand(B, T, H) * 0.1, neg(H), rand(B, T, 5), rand(B, T, 5)), "ssd",
             "naive", ["chunked"]),
     "rwkv7": (rwkv7, lambda: (rand(B, T, H, K), -0.5 * torch.rand(B, T, H, K), rand(B, T, H, K), rand(B, T, H, K),
-                              rand(B, T, H, K), rand(B, T, H, K)), "rwkv7", "naive", ["chunked"]),
+                              rand(B, T, H, K), rand(B, T, H, K)), "rwkv7", "naive", ["triton", "chunked"]),
     "based_attention": (based_attention, lambda: (rand(B, T, H, K), rand(B, T, H, K), rand(B, T, H, 3)), "based",
                         "naive", []),
     "gla": (gla, lambda: (rand(B, T, H, K), rand(B, T, H, K), rand(B, T, H, 3), neg(B, T, H, K)), "gla", "naive", []),

@@ -8,7 +8,8 @@ from zoo.kernels.bench import main
 @pytest.mark.parametrize("argv, option, form", [(["--recurrences", "128,128,2"], "--recurrences", "B,T,H,K"),
                                                 (["--scan", "64,x"], "--scan", "T,H"),
                                                 (["--shapes", "1,2,3,4,0"], "--shapes", "B,H,T,D,window"),
-                                                (["--gated-long-conv", "256,256"], "--gated-long-conv", "B,L,D")])
+                                                (["--gated-long-conv", "256,256"], "--gated-long-conv", "B,L,D"),
+                                                (["--rwkv7", "256,256,2"], "--rwkv7", "B,T,H,K")])
 def test_a_malformed_shape_exits_2_naming_the_option(argv, option, form, capsys):
     with pytest.raises(SystemExit) as exit_:
         main(argv)

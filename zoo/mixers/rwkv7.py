@@ -6,8 +6,8 @@ Per head, with state S: (K, V) and per-step log decay w_t < 0::
     a_t = -kk_t, b_t = kk_t * iclr_t   (kk: normalized key, iclr: in-context learning rate)
 
 Layer 0's values ``v_first`` travel to later layers through the model's ``layer_state`` dict and are
-mixed into their values. The recurrence is ``zoo.kernels.rwkv7.rwkv7``: fla's ``chunk_rwkv7`` on GPU (zoo's chunked
-PyTorch form where fla's chunks are unreliable), the PyTorch recurrence on CPU.
+mixed into their values. The recurrence is ``zoo.kernels.rwkv7.rwkv7``: fla's ``chunk_rwkv7`` on GPU (zoo's Triton
+fused recurrence where fla's chunks are unreliable), the PyTorch recurrence on CPU.
 """
 from __future__ import annotations
 

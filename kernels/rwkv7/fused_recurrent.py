@@ -1,0 +1,270 @@
+"""Triton fused recurrence for RWKV-7's state evolution (``naive.py``), forward and backward.
+
+Per batch and head, with state S: (K, V) in float32, S_0 = 0 and w_t the log decays::
+
+    sa_t = S_{t-1}^T a_t,   S_t = diag(exp(w_t)) S_{t-1} + b_t sa_t^T + k_t v_t^T,   o_t = S_t^T r_t
+
+One program per (batch, head, block of BV value columns) keeps its (K, BV) slice of S on chip and walks time
+inside the kernel: the columns of S evolve independently (every sum of the forward is over K), so the programs of
+one head share nothing but their inputs. The backward walks time in reverse carrying dS = dL/dS_t (K, BV)::
+
+    dS_t += r_t do_t^T,  dr_t = S_t do_t,  dv_t = dS_t^T k_t,  dk_t = dS_t v_t,  db_t = dS_t sa_t,
+    dsa_t = dS_t^T b_t,  dw_t = exp(w_t) * rowsum(dS_t * S_{t-1}),  da_t = S_{t-1} dsa_t,
+    dS_{t-1} = diag(exp(w_t)) dS_t + a_t dsa_t^T
+
+and step t needs S_t and S_{t-1} (sa_t is recomputed from S_{t-1}). Every exponent is one step's w_t <= 0, never a
+sum of them, so nothing overflows whatever the decays (w = -20 is tested). The wrapper picks one of two modes per
+call, as the selective scan (``zoo.kernels.selective_scan.fused_recurrent``) does:
+
+* store-all (the default): the forward writes every state, S_0 = 0 to S_L, a (B, H, L + 1, K, V) float32 tensor,
+  and the backward reads S_t and S_{t-1} in one reverse walk, with no recompute.
+* chunked, where the states would exceed ``STATE_BUDGET_BYTES``: the forward stores only the state entering each
+  chunk of ``CHUNK`` steps (1/CHUNK of the memory), and the backward, chunk by chunk from the last, walks the
+  chunk forward again from that state (keeping each step's incoming state in a per-program scratch of CHUNK
+  states, meant to stay in L2), then walks it back in reverse.
+
+Launch: 16 value columns and one warp per program (``Launch``'s defaults): a program's sums stay inside one warp,
+with no shared-memory round trip per step, many small programs fill the SMs (B H V / 16 of them), and the
+backward's three live (K, 16) tiles (S_t, S_{t-1}, dS) stay in registers at K = 64. Measured on an H200 (torch 2.11,
+Triton 3.6, bf16 inputs, K = V = 64, H = 2, store-all), forward + backward in ms, this launch against the best of
+the other eight (16, 32 or 64 columns, 1, 2 or 4 warps) and the chunked PyTorch form (``chunked.py``):
+
+    B=256, L=256:  4.43  (next 5.10: 32 columns, 2 warps)   chunked 15.66
+    B=128, L=512:  4.34  (next 4.94: 32 columns, 2 warps)   chunked 16.04
+
+Forward alone is not faster with this launch (1.79 ms against 1.09 with 32 columns and one warp at B=256, L=256),
+but the backward dominates.
+
+dr, dk, db, dw and da sum over V, so each program writes its own partial over its value columns into an
+(NV, B, L, H, K) float32 buffer and the wrapper sums them: no atomics, so a run is bit-reproducible. dv sums over K,
+inside the program, and is written directly. No host syncs: forward and backward can be captured in a CUDA graph.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+import triton
+import triton.language as tl
+
+# Largest (B, H, L + 1, K, V) float32 state tensor a call keeps for the store-all backward; above it the chunked mode
+# keeps 1/CHUNK of it. At K = V = 64 the budget holds B H (L + 1) <= 2^18, e.g. B=256, H=2, L=511 (zoo's training
+# shapes are smaller). The budget is per call, so a deep model near it keeps a multiple of it and may want it lower.
+# It must stay at most 8 GiB (2^31 float32): the kernels address the states with int32 offsets.
+STATE_BUDGET_BYTES = 4 * 2**30
+
+# Chunked mode: steps between stored states. They cost 1/CHUNK of storing every S_t, while the backward's scratch
+# (CHUNK states per program: 64 KiB at K=64 and the default block_v=16) should stay in L2 for the resident programs
+# (an estimate, not profiled).
+CHUNK = 16
+
+
+@triton.jit
+def _row(ptr, i_b, t, i_h, idx, s_b, s_t, s_h, s_d, mask):
+    """Row (i_b, t, i_h) of a (B, L, H, D) tensor with any strides, entries ``idx``, in float32."""
+    return tl.load(ptr + i_b * s_b + t * s_t + i_h * s_h + idx * s_d, mask=mask, other=0.0).to(tl.float32)
+
+
+@triton.jit
+def _stored_states(state_ptr, i_bh, kk, vv, L, K, V, CHUNK: tl.constexpr, STORE_ALL: tl.constexpr):
+    """(BK, BV) pointers to this program's stored state 0 (+ s * K * V: state s) in a (B H, n_states, K, V) tensor.
+    Store-all walks the sequence as one span and stores S_s, the state after s steps, for s = 0 to L; chunked stores
+    the state entering chunk s."""
+    n_states = L + 1 if STORE_ALL else tl.cdiv(L, CHUNK)
+    return state_ptr + (i_bh * n_states * K + kk[:, None]) * V + vv[None, :]
+
+
+@triton.jit
+def _program(state_ptr, L, H, K, V, BK: tl.constexpr, BV: tl.constexpr, CHUNK: tl.constexpr, STORE_ALL: tl.constexpr):
+    """This program's batch, head, value block, index vectors, masks, span (steps between stored states) and stored
+    state pointers."""
+    i_v = tl.program_id(0)  # value blocks of one head are neighbours: they read the same r, w, k, a, b rows
+    i_bh = tl.program_id(1)
+    kk = tl.arange(0, BK)
+    vv = i_v * BV + tl.arange(0, BV)
+    kmask = kk < K
+    vmask = vv < V
+    span = L if STORE_ALL else CHUNK
+    states = _stored_states(state_ptr, i_bh, kk, vv, L, K, V, CHUNK, STORE_ALL)
+    return i_v, i_bh, i_bh // H, i_bh % H, kk, vv, kmask, vmask, span, states
+
+
+@triton.jit
+def _advance(S, w_ptr, k_ptr, v_ptr, a_ptr, b_ptr, i_b, t, i_h, kk, vv, kmask, vmask,
+             sw_b, sw_t, sw_h, sw_d, sk_b, sk_t, sk_h, sk_d, sv_b, sv_t, sv_h, sv_d,
+             sa_b, sa_t, sa_h, sa_d, sb_b, sb_t, sb_h, sb_d):
+    """S_t from S_{t-1} (this program's (BK, BV) slice): one step of the recurrence."""
+    wt = _row(w_ptr, i_b, t, i_h, kk, sw_b, sw_t, sw_h, sw_d, kmask)
+    kt = _row(k_ptr, i_b, t, i_h, kk, sk_b, sk_t, sk_h, sk_d, kmask)
+    at = _row(a_ptr, i_b, t, i_h, kk, sa_b, sa_t, sa_h, sa_d, kmask)
+    bt = _row(b_ptr, i_b, t, i_h, kk, sb_b, sb_t, sb_h, sb_d, kmask)
+    vt = _row(v_ptr, i_b, t, i_h, vv, sv_b, sv_t, sv_h, sv_d, vmask)
+    sa = tl.sum(at[:, None] * S, axis=0)  # (BV): a_t^T S_{t-1}
+    return tl.exp(wt)[:, None] * S + bt[:, None] * sa[None, :] + kt[:, None] * vt[None, :]
+
+
+@triton.jit
+def _rwkv7_fwd_kernel(r_ptr, w_ptr, k_ptr, v_ptr, a_ptr, b_ptr, o_ptr, state_ptr, L, H, K, V,
+                      sr_b, sr_t, sr_h, sr_d, sw_b, sw_t, sw_h, sw_d, sk_b, sk_t, sk_h, sk_d,
+                      sv_b, sv_t, sv_h, sv_d, sa_b, sa_t, sa_h, sa_d, sb_b, sb_t, sb_h, sb_d,
+                      BK: tl.constexpr, BV: tl.constexpr, CHUNK: tl.constexpr, STORE_ALL: tl.constexpr):
+    i_v, i_bh, i_b, i_h, kk, vv, kmask, vmask, span, states = _program(state_ptr, L, H, K, V, BK, BV, CHUNK, STORE_ALL)
+    smask = kmask[:, None] & vmask[None, :]
+    # padded rows and columns stay 0: their k, b (rows) and v (columns) load as 0
+    S = tl.zeros([BK, BV], dtype=tl.float32)
+    for c in range(tl.cdiv(L, span)):
+        tl.store(states + c * K * V, S, mask=smask)
+        for t in range(c * span, tl.minimum(c * span + span, L)):
+            # r_t's load does not depend on the carried state: issued first, it is in flight with the step's loads
+            rt = _row(r_ptr, i_b, t, i_h, kk, sr_b, sr_t, sr_h, sr_d, kmask)
+            S = _advance(S, w_ptr, k_ptr, v_ptr, a_ptr, b_ptr, i_b, t, i_h, kk, vv, kmask, vmask,
+                         sw_b, sw_t, sw_h, sw_d, sk_b, sk_t, sk_h, sk_d, sv_b, sv_t, sv_h, sv_d,
+                         sa_b, sa_t, sa_h, sa_d, sb_b, sb_t, sb_h, sb_d)
+            if STORE_ALL:
+                tl.store(states + (t + 1) * K * V, S, mask=smask)
+            o = tl.sum(rt[:, None] * S, axis=0)
+            tl.store(o_ptr + ((i_b * L + t) * H + i_h) * V + vv, o, mask=vmask)
+
+
+@triton.jit
+def _rwkv7_bwd_kernel(r_ptr, w_ptr, k_ptr, v_ptr, a_ptr, b_ptr, state_ptr, do_ptr, scratch_ptr,
+                      dr_ptr, dw_ptr, dk_ptr, dv_ptr, da_ptr, db_ptr, L, H, K, V, Bsz,
+                      sr_b, sr_t, sr_h, sr_d, sw_b, sw_t, sw_h, sw_d, sk_b, sk_t, sk_h, sk_d,
+                      sv_b, sv_t, sv_h, sv_d, sa_b, sa_t, sa_h, sa_d, sb_b, sb_t, sb_h, sb_d,
+                      sdo_b, sdo_t, sdo_h, sdo_d,
+                      BK: tl.constexpr, BV: tl.constexpr, CHUNK: tl.constexpr, STORE_ALL: tl.constexpr):
+    # spans and stored states as in the forward: store-all walks the sequence once, reading S_{t-1} from the states
+    i_v, i_bh, i_b, i_h, kk, vv, kmask, vmask, span, states = _program(state_ptr, L, H, K, V, BK, BV, CHUNK, STORE_ALL)
+    smask = kmask[:, None] & vmask[None, :]
+    if not STORE_ALL:
+        # this program's scratch: slot s holds the state entering step s of the current chunk
+        scratch = (scratch_ptr + (i_bh * tl.num_programs(0) + i_v) * CHUNK * BK * BV
+                   + tl.arange(0, BK)[:, None] * BV + tl.arange(0, BV)[None, :])
+    dS = tl.zeros([BK, BV], dtype=tl.float32)  # dL/dS_t, carried backwards in time across spans
+    n_spans = tl.cdiv(L, span)
+    for ci in range(n_spans):
+        c = n_spans - 1 - ci
+        start = c * span
+        end = tl.minimum(start + span, L)
+        if STORE_ALL:
+            S = tl.load(states + L * K * V, mask=smask, other=0.0)
+        else:
+            S = tl.load(states + c * K * V, mask=smask, other=0.0)
+            for t in range(start, end):
+                tl.store(scratch + (t - start) * BK * BV, S)
+                S = _advance(S, w_ptr, k_ptr, v_ptr, a_ptr, b_ptr, i_b, t, i_h, kk, vv, kmask, vmask,
+                             sw_b, sw_t, sw_h, sw_d, sk_b, sk_t, sk_h, sk_d, sv_b, sv_t, sv_h, sv_d,
+                             sa_b, sa_t, sa_h, sa_d, sb_b, sb_t, sb_h, sb_d)
+            # the reverse walk reads scratch slots other threads of this program may have written
+            tl.debug_barrier()
+        for i in range(end - start):
+            t = end - 1 - i
+            # the step's loads first: none depends on the carried gradient, so they are in flight together
+            # (S is S_t, S_prev S_{t-1})
+            if STORE_ALL:
+                S_prev = tl.load(states + t * K * V, mask=smask, other=0.0)
+            else:
+                S_prev = tl.load(scratch + (t - start) * BK * BV)
+            rt = _row(r_ptr, i_b, t, i_h, kk, sr_b, sr_t, sr_h, sr_d, kmask)
+            wt = _row(w_ptr, i_b, t, i_h, kk, sw_b, sw_t, sw_h, sw_d, kmask)
+            kt = _row(k_ptr, i_b, t, i_h, kk, sk_b, sk_t, sk_h, sk_d, kmask)
+            at = _row(a_ptr, i_b, t, i_h, kk, sa_b, sa_t, sa_h, sa_d, kmask)
+            bt = _row(b_ptr, i_b, t, i_h, kk, sb_b, sb_t, sb_h, sb_d, kmask)
+            vt = _row(v_ptr, i_b, t, i_h, vv, sv_b, sv_t, sv_h, sv_d, vmask)
+            dot = _row(do_ptr, i_b, t, i_h, vv, sdo_b, sdo_t, sdo_h, sdo_d, vmask)
+            dS += rt[:, None] * dot[None, :]
+            sa = tl.sum(at[:, None] * S_prev, axis=0)  # recomputed, not saved: (BV)
+            dsa = tl.sum(dS * bt[:, None], axis=0)  # (BV): dL/d(sa_t)
+            dv = tl.sum(dS * kt[:, None], axis=0)  # complete: this program holds every row of K
+            ew = tl.exp(wt)
+            # partial sums over this program's value columns
+            part = ((i_v * Bsz + i_b) * L + t) * H * K + i_h * K + kk
+            tl.store(dr_ptr + part, tl.sum(S * dot[None, :], axis=1), mask=kmask)
+            tl.store(dk_ptr + part, tl.sum(dS * vt[None, :], axis=1), mask=kmask)
+            tl.store(db_ptr + part, tl.sum(dS * sa[None, :], axis=1), mask=kmask)
+            tl.store(dw_ptr + part, ew * tl.sum(dS * S_prev, axis=1), mask=kmask)
+            tl.store(da_ptr + part, tl.sum(S_prev * dsa[None, :], axis=1), mask=kmask)
+            tl.store(dv_ptr + ((i_b * L + t) * H + i_h) * V + vv, dv, mask=vmask)
+            dS = ew[:, None] * dS + at[:, None] * dsa[None, :]  # dL/dS_{t-1}
+            S = S_prev
+        if not STORE_ALL:
+            # the next chunk's forward walk overwrites slots this walk read
+            tl.debug_barrier()
+
+
+class Launch(NamedTuple):
+    """How the kernels are launched: value columns per program (a power of two), warps per program, software-
+    pipelining stages of the time loop. The defaults were the fastest forward + backward measured (module
+    docstring)."""
+    block_v: int = 16
+    num_warps: int = 1
+    num_stages: int = 1
+
+
+def _blocks(K: int, V: int, launch: Launch) -> tuple[int, int]:
+    """(BK, BV): all of K (padded to a power of two) and a block of V."""
+    return triton.next_power_of_2(K), min(triton.next_power_of_2(V), launch.block_v)
+
+
+def _n_states(L: int, store_all: bool) -> int:
+    return L + 1 if store_all else triton.cdiv(L, CHUNK)
+
+
+class RWKV7Function(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, r, w, k, v, a, b, launch):
+        Bsz, L, H, K = r.shape
+        V = v.shape[-1]
+        o = torch.empty(Bsz, L, H, V, device=r.device, dtype=torch.float32)
+        store_all = Bsz * H * (L + 1) * K * V * 4 <= STATE_BUDGET_BYTES
+        states = torch.empty(Bsz * H, _n_states(L, store_all), K, V, device=r.device, dtype=torch.float32)
+        assert states.numel() < 2**31, "rwkv7 fused recurrence: the stored states exceed int32 offsets"
+        BK, BV = _blocks(K, V, launch)
+        _rwkv7_fwd_kernel[(triton.cdiv(V, BV), Bsz * H)](
+            r, w, k, v, a, b, o, states, L, H, K, V,
+            *r.stride(), *w.stride(), *k.stride(), *v.stride(), *a.stride(), *b.stride(),
+            BK=BK, BV=BV, CHUNK=CHUNK, STORE_ALL=store_all, num_warps=launch.num_warps, num_stages=launch.num_stages)
+        ctx.save_for_backward(r, w, k, v, a, b, states)
+        ctx.store_all = store_all
+        ctx.chunk = CHUNK  # the states' spacing: CHUNK may change (tests) between forward and backward
+        ctx.launch = launch
+        return o
+
+    @staticmethod
+    def backward(ctx, do):
+        r, w, k, v, a, b, states = ctx.saved_tensors
+        Bsz, L, H, K = r.shape
+        V = v.shape[-1]
+        launch = ctx.launch
+        BK, BV = _blocks(K, V, launch)
+        nv = triton.cdiv(V, BV)
+
+        def partial():
+            return torch.empty(nv, Bsz, L, H, K, device=r.device, dtype=torch.float32)
+
+        dr, dw, dk, da, db = (partial() for _ in range(5))
+        dv = torch.empty(v.shape, device=v.device, dtype=v.dtype)
+        scratch = None if ctx.store_all else torch.empty(Bsz * H * nv, ctx.chunk, BK, BV, device=r.device,
+                                                         dtype=torch.float32)
+        _rwkv7_bwd_kernel[(nv, Bsz * H)](
+            r, w, k, v, a, b, states, do, scratch, dr, dw, dk, dv, da, db, L, H, K, V, Bsz,
+            *r.stride(), *w.stride(), *k.stride(), *v.stride(), *a.stride(), *b.stride(), *do.stride(),
+            BK=BK, BV=BV, CHUNK=ctx.chunk, STORE_ALL=ctx.store_all,
+            num_warps=launch.num_warps, num_stages=launch.num_stages)
+
+        def total(g):  # the partials over value blocks; autograd casts each gradient to its input's dtype
+            return g[0] if nv == 1 else g.sum(0)
+
+        return total(dr), total(dw), total(dk), dv, total(da), total(db), None
+
+
+def rwkv7_fused(r: torch.Tensor, w: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a: torch.Tensor,
+                b: torch.Tensor, launch: Launch = Launch()) -> torch.Tensor:
+    """``rwkv7_naive``'s result from the Triton kernels above, in float32.
+
+    r, w, k, a, b: (B, L, H, K), w the log decays (< 0); v: (B, L, H, V) -> o: (B, L, H, V) float32. Inputs may be
+    any float dtype and strides (the math is float32); any K and V (padded to powers of two inside). ``launch``
+    changes only the speed.
+    """
+    return RWKV7Function.apply(r, w, k, v, a, b, launch)
+
