@@ -140,6 +140,16 @@ def scan_rows(T, H, dtype=torch.float32):
     return rows
 
 
+def rwkv7_gates(B, T, H, K, dtype=torch.float32):
+    """RWKV-7's w, a, b leaves on the GPU, shaped as the layer makes them: log decays below -0.01, a = -kk and
+    b = kk * iclr with kk a unit key and iclr in (0, 1)."""
+    dev = "cuda"
+    w = -F.softplus(torch.randn(B, T, H, K, device=dev)) - 0.01
+    kk = F.normalize(torch.randn(B, T, H, K, device=dev), dim=-1)
+    b = kk * torch.rand(B, T, H, K, device=dev)
+    return [x.to(dtype).detach().requires_grad_() for x in (w, -kk, b)]
+
+
 def recurrence_rows(B, T, H, K):
     """{op: {backend: fwd+bwd ms, or why it did not run}} for the delta rule (gated, ungated) and RWKV-7."""
     dev = "cuda"
@@ -150,9 +160,7 @@ def recurrence_rows(B, T, H, K):
 
     q, k, v = leaf(B, T, H, K), leaf(B, T, H, K, fn=lambda x: F.normalize(x, dim=-1)), leaf(B, T, H, K)
     beta, g = leaf(B, T, H, fn=torch.sigmoid), leaf(B, T, H, fn=F.logsigmoid)
-    w = leaf(B, T, H, K, fn=lambda x: -F.softplus(x) - 0.01)
-    kk = F.normalize(torch.randn(B, T, H, K, device=dev), dim=-1)
-    a, b = (-kk).requires_grad_(), (kk * torch.rand(B, T, H, K, device=dev)).requires_grad_()
+    w, a, b = rwkv7_gates(B, T, H, K)
     ops = {
         "delta rule, gated": (delta_rule_op.BACKENDS, "fla.ops.gated_delta_rule",
                               lambda bk: delta_rule_op.delta_rule(q, k, v, beta, g, backend=bk), (q, k, v, beta, g)),
@@ -185,18 +193,11 @@ RWKV7_LAUNCHES = [Rwkv7Launch(block_v, warps) for block_v in (16, 32, 64) for wa
 
 def rwkv7_rows(B, T, H, K):
     """{launch: (fwd ms, fwd+bwd ms)} of our Triton RWKV-7 recurrence per launch choice, the default first, and of
-    the chunked PyTorch form; bf16 inputs shaped as the layer makes them (log decays below -0.01, a = -kk and
-    b = kk * iclr with kk a unit key)."""
+    the chunked PyTorch form; bf16 inputs (``rwkv7_gates``)."""
     dev = "cuda"
     torch.manual_seed(0)
-
-    def leaf(x):
-        return x.to(torch.bfloat16).detach().requires_grad_()
-
-    r, k, v = (leaf(torch.randn(B, T, H, K, device=dev)) for _ in range(3))
-    w = leaf(-F.softplus(torch.randn(B, T, H, K, device=dev)) - 0.01)
-    kk = F.normalize(torch.randn(B, T, H, K, device=dev), dim=-1)
-    a, b = leaf(-kk), leaf(kk * torch.rand(B, T, H, K, device=dev))
+    r, k, v = (torch.randn(B, T, H, K, device=dev).to(torch.bfloat16).requires_grad_() for _ in range(3))
+    w, a, b = rwkv7_gates(B, T, H, K, torch.bfloat16)
     leaves = (r, w, k, v, a, b)
     grad = torch.randn(B, T, H, K, device=dev)
     rows = {}

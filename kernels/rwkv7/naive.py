@@ -11,13 +11,17 @@ from __future__ import annotations
 import torch
 
 
-@torch.compiler.disable  # a loop over time: torch.compile would unroll it, once per length
 def rwkv7_naive(r, w, k, v, a, b) -> torch.Tensor:
     """The state recurrence above, step by step in float32.
 
     r, w, k, a, b: (B, L, H, K); v: (B, L, H, V) -> o: (B, L, H, V).
     """
-    r, w, k, v, a, b = (t.float() for t in (r, w, k, v, a, b))
+    return rwkv7_recurrence(*(t.float() for t in (r, w, k, v, a, b)))
+
+
+@torch.compiler.disable  # a loop over time: torch.compile would unroll it, once per length
+def rwkv7_recurrence(r, w, k, v, a, b) -> torch.Tensor:
+    """``rwkv7_naive`` in the inputs' own dtype (the tests' float64 reference)."""
     Bt, L, H, K = r.shape
     S = r.new_zeros(Bt, H, K, v.shape[-1])
     out = []

@@ -9,7 +9,7 @@ from zoo.kernels import backend
 from zoo.kernels.rwkv7 import fused_recurrent, rwkv7
 from zoo.kernels.rwkv7.chunked import rwkv7_chunked
 from zoo.kernels.rwkv7.fused_recurrent import rwkv7_fused
-from zoo.kernels.rwkv7.naive import rwkv7_naive
+from zoo.kernels.rwkv7.naive import rwkv7_naive, rwkv7_recurrence
 
 MODES = ("store_all", "chunked")
 NAMES = ("o", "r", "w", "k", "v", "a", "b")
@@ -52,26 +52,7 @@ def fused_against_naive(shape, w_low, w_high, device="cpu", launch=fused_recurre
     do = torch.randn(*shape[:3], shape[4], generator=torch.Generator().manual_seed(seed + 1)).to(device)
     got = grads(lambda *x: rwkv7_fused(*x, launch=launch), xs, do)
     xs64 = [t.detach().double().requires_grad_() for t in xs]
-    return got, grads(rwkv7_naive_float64, xs64, do.double())
-
-
-def rwkv7_naive_float64(r, w, k, v, a, b):
-    """The recurrence of ``naive.py`` in float64 (``rwkv7_naive`` itself computes in float32)."""
-    B, L, H, K = r.shape
-    S = r.new_zeros(B, H, K, v.shape[-1])
-    out = []
-    for t in range(L):
-        sa = torch.einsum("bhk,bhkv->bhv", a[:, t], S)
-        S = (S * torch.exp(w[:, t])[..., None] + b[:, t, ..., None] * sa[:, :, None]
-             + k[:, t, ..., None] * v[:, t, :, None])
-        out.append(torch.einsum("bhk,bhkv->bhv", r[:, t], S))
-    return torch.stack(out, dim=1)
-
-
-def test_float64_reference_is_the_naive_recurrence():
-    xs = layer_inputs(2, 5, 2, 4, 3)
-    torch.testing.assert_close(rwkv7_naive_float64(*(t.double() for t in xs)).float(), rwkv7_naive(*xs),
-                               rtol=1e-5, atol=1e-5)
+    return got, grads(rwkv7_recurrence, xs64, do.double())
 
 
 # (B, L, H, K, V), CHUNK (chunked mode), w range: L = 19 not a multiple of the chunk; V = 32 two value blocks of the
@@ -126,7 +107,7 @@ def test_triton_takes_strided_low_precision_views():
         o = fn(r, leaves[1], k, v, leaves[2], leaves[3])
         return [o, *torch.autograd.grad(o, leaves, do.to(o.dtype))]
 
-    got, want = run(rwkv7_fused, torch.bfloat16), run(rwkv7_naive_float64, torch.float64)
+    got, want = run(rwkv7_fused, torch.bfloat16), run(rwkv7_recurrence, torch.float64)
     assert got[0].dtype == torch.float32 and all(t.dtype == torch.bfloat16 for t in got[1:])
     torch.testing.assert_close(got[0].double(), want[0], rtol=1e-4, atol=1e-4)
     for g_, w in zip(got[1:], want[1:]):  # gradients rounded to bf16
