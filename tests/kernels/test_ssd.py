@@ -38,7 +38,8 @@ def test_ssd_matches_recurrence():
     torch.testing.assert_close(ssd_naive(x, dt, A, B, C, D).double(), torch.stack(want, dim=1), rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("L", [21, 24, 5])  # padded to 3 chunks, 3 whole chunks, one chunk (no states carried)
+# padded to 3 chunks, 3 whole chunks, one chunk (no states carried), 8 chunks (the state carried through 6 chunks)
+@pytest.mark.parametrize("L", [21, 24, 5, 60])
 def test_chunked_matches_quadratic(L):
     """Outputs and gradients (D's through the scores' diagonal included), float64 inputs computed in float32."""
     inputs = ssd_inputs(2, L)

@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from zoo.kernels.layer_norm import layer_norm
 from zoo.kernels.rwkv7 import rwkv7
 from zoo.errors import ConfigError
 from zoo.mixers.registry import register_mixer
@@ -122,9 +123,10 @@ class RWKV7(nn.Module):
     def forward(self, x: torch.Tensor, layer_state: dict | None = None) -> torch.Tensor:
         Bt, L, D = x.shape
         H, K = self.n_heads, self.head_dim
-        shifted = F.pad(x, (0, 0, 1, -1))
-        xr, xw, xk, xv, xa, xg = (x + (shifted - x) * m.to(x.dtype)
-                                  for m in (self.x_r, self.x_w, self.x_k, self.x_v, self.x_a, self.x_g))
+        # the six token-shift mixes x + (x_{t-1} - x) * x_* as one broadcast op: on GPU its backward is three
+        # reductions where six separate mixes made about thirty small kernels
+        mixes = torch.stack([self.x_r, self.x_w, self.x_k, self.x_v, self.x_a, self.x_g]).to(x.dtype)
+        xr, xw, xk, xv, xa, xg = torch.addcmul(x, F.pad(x, (0, 0, 1, -1)) - x, mixes[:, None, None]).unbind(0)
         r, k, v = self.r_proj(xr), self.k_proj(xk), self.v_proj(xv)
         w = -W_SCALE * torch.sigmoid(self.w_lora(xw).float())
         if self.layer_idx == 0 or self.v_lora is None:
@@ -139,7 +141,11 @@ class RWKV7(nn.Module):
         k = k * (1 + (a - 1) * self.k_a)
         r, k, v, a, w = (t.view(Bt, L, H, K) for t in (r, k, v, a, w))
         o = rwkv7(r, w, k, v, -kk, kk * a, w_min=-W_SCALE)
-        o = self.g_norm(o.reshape(Bt * L, D).float()).view(Bt, L, H, K)
+        # g_norm is a GroupNorm with one group per head, i.e. a LayerNorm over each head's K values: zoo's norm
+        # kernel per (token, head) row, then the per-channel affine (PyTorch's GroupNorm backward for its weight
+        # and bias was the slowest kernel of this layer's step on an H100)
+        o = layer_norm(o.float(), None, None, self.g_norm.eps)
+        o = o * self.g_norm.weight.view(H, K) + self.g_norm.bias.view(H, K)
         o = o + (r * k * self.r_k).sum(-1, keepdim=True).float() * v.float()  # the "bonus" of the current token
         return self.o_proj((o.reshape(Bt, L, D) * g.float()).to(x.dtype))
 
