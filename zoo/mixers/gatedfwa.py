@@ -29,6 +29,10 @@ Individual switches override the variant (for ablations): ``qk_norm`` ("gain", "
 ``alpha_init``, ``eps``, ``qk_gain_init`` (the starting value of the "gain" norm's gains; above 1 it
 raises the starting logit temperature, which bounds logits at gain^2 * sqrt(d)). The gate bias b_g and W_beta are plain parameters, not nn.Linear parts, so
 they keep their initial values under ``model.init: zoology`` (as Mamba's dt bias does in Zoology).
+
+The default is ``variant="paper"``, chosen by experiment: trained over the MQAR grid's learning rates,
+``qk_norm="plain"`` solved some cells the published layer stalls in and stalled in others, the paper's
+N=512, d=64 cell among them (results/FIDELITY.md, section 3).
 """
 from __future__ import annotations
 
