@@ -37,6 +37,16 @@ def _band_mask(offs_m, offs_n, T, window):
 
 
 @triton.jit
+def _key_blocks(start_m, T, window, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Key-block bounds of the query block at ``start_m``: blocks [lo, mid) hold the window's left edge,
+    [mid, start_m) are fully visible, [start_m, end) hold the diagonal."""
+    lo = (tl.maximum(start_m - window + 1, 0) // BLOCK_N) * BLOCK_N
+    mid = tl.minimum(tl.cdiv(tl.maximum(start_m + BLOCK_M - window, 0), BLOCK_N) * BLOCK_N, start_m)
+    end = tl.minimum(start_m + BLOCK_M, T)
+    return lo, mid, end
+
+
+@triton.jit
 def _key_logits(q, k_t, u_base, offs_n, s_ut, T, qk_scale, HAS_GATE: tl.constexpr, PREC: tl.constexpr):
     """[M, N] base-2 logits q.k * scale - u_j from q [M, D] and k_t [D, N]."""
     s = tl.dot(q, k_t, input_precision=PREC) * qk_scale
@@ -84,10 +94,7 @@ def _attn_fwd(q_ptr, k_ptr, v_ptr, u_ptr, o_ptr, lse_ptr, T, H, window, qk_scale
     u_base = u_ptr + b * s_ub + h * s_uh
     k_base = k_ptr + b * s_kb + h * s_kh
     v_base = v_ptr + b * s_vb + h * s_vh
-    # key blocks [lo, mid) hold the window's left edge, [mid, start_m) are fully visible, [start_m, end) the diagonal
-    lo = (tl.maximum(start_m - window + 1, 0) // BLOCK_N) * BLOCK_N
-    mid = tl.minimum(tl.cdiv(tl.maximum(start_m + BLOCK_M - window, 0), BLOCK_N) * BLOCK_N, start_m)
-    end = tl.minimum(start_m + BLOCK_M, T)
+    lo, mid, end = _key_blocks(start_m, T, window, BLOCK_M, BLOCK_N)
     acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
@@ -229,9 +236,7 @@ def _attn_bwd_dq(q_ptr, k_ptr, v_ptr, u_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr,
     u_base = u_ptr + b * s_ub + h * s_uh
     k_base = k_ptr + b * s_kb + h * s_kh
     v_base = v_ptr + b * s_vb + h * s_vh
-    lo = (tl.maximum(start_m - window + 1, 0) // BLOCK_N) * BLOCK_N
-    mid = tl.minimum(tl.cdiv(tl.maximum(start_m + BLOCK_M - window, 0), BLOCK_N) * BLOCK_N, start_m)
-    end = tl.minimum(start_m + BLOCK_M, T)
+    lo, mid, end = _key_blocks(start_m, T, window, BLOCK_M, BLOCK_N)
     dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
     dq = _dq_keys(dq, q, do, lse, delta, offs_m, k_base, v_base, u_base, s_kt, s_vt, s_ut, lo, mid,
                   T, window, qk_scale, offs_d, D, BLOCK_N, HAS_GATE, True, PREC)
