@@ -10,11 +10,12 @@ recurrence, the chunked PyTorch form, fla's kernels where they work, and our Tri
 (RWKV-7). Then RWKV-7's Triton recurrence for every launch choice (value columns per program, warps) next to the
 chunked form, in bf16; Mamba's selective scan for every launch choice (channels per program, warps, pipelining
 stages) next to mamba-ssm's ``selective_scan_fn`` where it imports, the depthwise causal short conv against
-PyTorch's grouped conv1d, and Hyena's gated long conv fused around its FFTs against the unfused composition.
+PyTorch's grouped conv1d, Hyena's gated long conv fused around its FFTs against the unfused composition, and the
+training loss (cross-entropy over the vocabulary at the labelled rows) against PyTorch's and fla's fused one.
 
     python -m zoo.kernels.bench --shapes 1,16,65536,64,512 256,2,512,64,256 --dtype bf16 --recurrences 128,128,2,64 \
         --rwkv7 256,256,2,64 128,512,2,64 --selective-scan 256,256,256,16 --short-conv 256,256,384,3 \
-        --gated-long-conv 256,256,128 128,512,64
+        --gated-long-conv 256,256,128 128,512,64 --cross-entropy 4096,8192
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ import torch.nn.functional as F
 
 from zoo.kernels import delta_rule as delta_rule_op
 from zoo.kernels import rwkv7 as rwkv7_op
+from zoo.kernels.cross_entropy import cross_entropy
 from zoo.kernels.backend import FLA_CHUNK_MODULES_BROKEN_ON_HOPPER, fla_chunks_unreliable, optional_import
 from zoo.kernels.gatedfwa import gate_cumsum, gated_window_attention
 from zoo.kernels.gatedfwa.naive import gate_cumsum_ref
@@ -278,6 +280,27 @@ def gated_long_conv_rows(B, L, D):
     return rows
 
 
+def cross_entropy_rows(R, V):
+    """{name: (fwd ms, fwd+bwd ms)} of the mean cross-entropy of bf16 logits [R, V] over labelled rows (one in eight
+    unlabelled): ours, PyTorch's on the float32 cast (the reference), and fla's ``FusedCrossEntropyLoss`` where it
+    imports."""
+    dev = "cuda"
+    torch.manual_seed(0)
+    logits = torch.randn(R, V, device=dev, dtype=torch.bfloat16, requires_grad=True)
+    targets = torch.randint(0, V, (R,), device=dev)
+    targets[::8] = -100
+    one = torch.ones((), device=dev)
+    rows = {name: timed_pair(lambda: cross_entropy(logits, targets, backend=name), one, (logits,))
+            for name in ("triton", "naive")}
+    fla_modules = optional_import("fla.modules", "fla's fused cross-entropy in the kernel bench")
+    if fla_modules is None:
+        rows["fla FusedCrossEntropyLoss"] = "not installed"
+    else:
+        fla_loss = fla_modules.FusedCrossEntropyLoss()
+        rows["fla FusedCrossEntropyLoss"] = timed_pair(lambda: fla_loss(logits, targets), one, (logits,))
+    return rows
+
+
 def shape_of(names: str):
     """An argparse type: "1,2,3" -> (1, 2, 3), one positive int per comma-separated name in ``names``; "" -> None
     (the section is skipped). Anything else is an argparse error (exit 2) that names the expected form."""
@@ -312,6 +335,8 @@ def main(argv: list[str] | None = None):
     parser.add_argument("--gated-long-conv", nargs="*", type=shape_of("B,L,D"),
                         default=[(256, 256, 128), (128, 512, 64)],
                         help="Hyena's gated long conv shapes B,L,D (D = d_model)")
+    parser.add_argument("--cross-entropy", nargs="*", type=shape_of("R,V"), default=[(4096, 8192)],
+                        help="training loss shapes R,V (labelled rows, vocabulary)")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         raise SystemExit("zoo.kernels.bench needs a CUDA GPU")
@@ -352,6 +377,9 @@ def main(argv: list[str] | None = None):
     for B, L, D in filter(None, args.gated_long_conv):
         print(f"\ngated long conv (Hyena), B={B} L={L} D={D}, bf16 autocast")
         print_pairs(gated_long_conv_rows(B, L, D))
+    for R, V in filter(None, args.cross_entropy):
+        print(f"\ncross-entropy, R={R} labelled rows x V={V} classes, bf16 logits, mean over the labelled rows")
+        print_pairs(cross_entropy_rows(R, V))
 
 
 if __name__ == "__main__":

@@ -141,7 +141,7 @@ class MixerLM(L.LightningModule):
             if self.outcomes[i] is not None:
                 continue
             with autocast_bf16(self.device, self.bf16):
-                logits = member.labelled_logits(inputs, positions)
+                logits = member.labelled_logits(inputs, positions).float()
             predictions = logits.argmax(-1)
             right = (predictions == targets) & labelled
             loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=IGNORE_INDEX, reduction="sum")

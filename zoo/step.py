@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 import torch
-import torch.nn.functional as F
 
+from zoo.kernels.cross_entropy import cross_entropy
 from zoo.tasks.base import IGNORE_INDEX
 
 WARMUP_STEPS = 3  # eager steps per new shape before recording (lets cuBLAS/cuDNN pick and allocate)
@@ -62,10 +62,10 @@ class Member:
             return self.model(inputs)
 
     def labelled_logits(self, inputs: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        """Logits (B, K, V) in fp32 at the labelled ``positions`` (B, K) only."""
+        """Logits (B, K, V) at the labelled ``positions`` (B, K) only, in the head's dtype (bf16 under autocast)."""
         hidden = self.hidden(inputs)
         picked = hidden.gather(1, positions.unsqueeze(-1).expand(-1, -1, hidden.shape[-1]))
-        return self.model.logits(picked).float()
+        return self.model.logits(picked)
 
 
 class TrainStep:
@@ -114,7 +114,7 @@ class TrainStep:
         m = self.members[i]
         with autocast_bf16(inputs.device, self.bf16):
             logits = m.labelled_logits(inputs, positions)
-        loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=IGNORE_INDEX)
+        loss = cross_entropy(logits.flatten(0, 1), targets.flatten(), IGNORE_INDEX)  # float32 math on any logits
         loss.backward()
         if self.grad_clip is not None:
             torch.nn.utils.clip_grad_norm_(m.model.parameters(), self.grad_clip, foreach=True)

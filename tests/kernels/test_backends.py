@@ -6,6 +6,7 @@ import torch
 
 from zoo.kernels import backend
 from zoo.kernels.based import based_attention
+from zoo.kernels.cross_entropy import cross_entropy
 from zoo.kernels.delta_rule import delta_rule
 from zoo.kernels.gatedfwa import gate_cumsum, gated_window_attention
 from zoo.kernels.gla import gla
@@ -54,6 +55,8 @@ ENTRIES = {
     "rms_norm": (lambda x, w, z, backend: rms_norm(x, w, 1e-6, gate=z, backend=backend),
                  lambda: (rand(B, T, H, 8), rand(8), rand(B, T, H, 8)), "rms_norm", "naive", ["triton"]),
     "embedding": (embedding, lambda: (torch.randint(0, 7, (B, T)), rand(7, 5)), "embedding", "naive", ["triton"]),
+    "cross_entropy": (cross_entropy, lambda: (rand(B * T, 11), torch.randint(0, 11, (B * T,))), "cross_entropy",
+                      "naive", ["triton"]),
 }
 
 
