@@ -1,0 +1,135 @@
+"""Every Triton kernel the mixers launch also compiles for a GPU, checked on a CPU machine.
+
+The CPU tests run the kernels under Triton's interpreter, which executes their Python and never compiles them, so a
+kernel can pass every CPU test and still fail to compile on the GPU (a type the compiler refuses, a loop-carried
+value that changes type). Here every registered mixer trains one step of a tiny model with each op forced onto its
+Triton path, under the interpreter, while every kernel launch is recorded (its argument types, constexprs and launch
+options); then a subprocess without the interpreter compiles each recorded specialization for Hopper (sm_90) with
+the ptxas that ships with Triton. Block sizes are the interpreter's small ones, not the GPU's tuned ones: what is
+checked is that the code compiles, not how fast it runs.
+"""
+import importlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from zoo.kernels import backend as kernel_backend
+from zoo.kernels.cross_entropy import cross_entropy
+from zoo.mixers.registry import list_mixers
+from zoo.model import LanguageModel
+
+KERNELS = Path(kernel_backend.__file__).resolve().parent
+LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
+POINTER_TYPES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16", torch.float64: "fp64",
+                 torch.int64: "i64", torch.int32: "i32", torch.int16: "i16", torch.int8: "i8", torch.uint8: "u8",
+                 torch.bool: "i1"}
+
+COMPILE = r'''
+import importlib, json, sys
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+failures = []
+for spec in json.load(sys.stdin):
+    kernel = getattr(importlib.import_module(spec["module"]), spec["name"])
+    while not isinstance(kernel, triton.runtime.jit.JITFunction):  # autotune / heuristics wrappers
+        kernel = kernel.fn
+    try:
+        source = ASTSource(kernel, spec["signature"], constexprs=spec["constexprs"])
+        triton.compile(source, target=GPUTarget("cuda", 90, 32), options=spec["options"])
+    except Exception as err:  # noqa: BLE001 - every compile error is a finding
+        failures.append(f"{spec['module']}.{spec['name']} {spec['signature']} {spec['constexprs']}: "
+                        f"{type(err).__name__}: {str(err).strip().splitlines()[-1] if str(err).strip() else ''}")
+print(json.dumps(failures))
+'''
+
+
+def arg_type(value):
+    """The Triton signature type of a runtime kernel argument."""
+    if isinstance(value, torch.Tensor):
+        return "*" + POINTER_TYPES[value.dtype]
+    if isinstance(value, bool):
+        return "i1"
+    if isinstance(value, int):
+        return "i32" if -2 ** 31 <= value < 2 ** 31 else "i64"
+    if isinstance(value, float):
+        return "fp32"
+    raise TypeError(f"no Triton type for {type(value).__name__}")
+
+
+def record_launches(monkeypatch) -> list[dict]:
+    """Record every interpreted kernel launch as a compile spec (module, name, signature, constexprs, options)."""
+    from triton.runtime.interpreter import InterpretedFunction
+
+    specs, run = [], InterpretedFunction.run
+
+    def recording_run(self, *args, grid, warmup, **kwargs):
+        import inspect
+        params = inspect.signature(self.fn).parameters
+        options = {k: kwargs.pop(k) for k in LAUNCH_OPTIONS if k in kwargs}
+        values = dict(zip(self.arg_names, args)) | kwargs
+        signature, constexprs = {}, {}
+        for name, value in values.items():
+            if "constexpr" in str(params[name].annotation) or value is None:
+                signature[name], constexprs[name] = "constexpr", value
+            else:
+                signature[name] = arg_type(value)
+        specs.append({"module": self.fn.__module__, "name": self.fn.__name__, "signature": signature,
+                      "constexprs": constexprs, "options": options})
+        return run(self, *args, grid=grid, warmup=warmup, **kwargs)
+
+    monkeypatch.setattr(InterpretedFunction, "run", recording_run)
+    return specs
+
+
+def force_triton(monkeypatch) -> None:
+    """``backend="auto"`` takes zoo's own fast paths on CPU tensors (and no optional package's)."""
+    def fast_module(name, purpose, x):
+        return kernel_backend.Opaque(importlib.import_module(name)) if name.startswith("zoo.kernels") else None
+
+    def named_or_gpu(backend, name, x):
+        return backend in (name, "auto")
+
+    monkeypatch.setattr(kernel_backend, "fast_module", fast_module)
+    for module in list(sys.modules.values()):
+        if getattr(module, "__name__", "").startswith("zoo.kernels") and hasattr(module, "named_or_gpu"):
+            monkeypatch.setattr(module, "named_or_gpu", named_or_gpu)
+
+
+def kernel_modules() -> set[str]:
+    """The modules of zoo.kernels that define a Triton kernel launched from Python (not only device helpers)."""
+    found = set()
+    for path in KERNELS.rglob("*.py"):
+        text = path.read_text()
+        if "@triton.jit" in text and "](" in text:
+            found.add("zoo.kernels." + ".".join(path.relative_to(KERNELS).with_suffix("").parts))
+    return found
+
+
+def test_every_launched_triton_kernel_compiles_for_sm90(monkeypatch):
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("records launches through Triton's interpreter (CPU test runs)")
+    probe = subprocess.run([sys.executable, "-c", "from triton.backends.nvidia.compiler import CUDABackend"],
+                           capture_output=True, text=True, env={**os.environ, "TRITON_INTERPRET": "0"})
+    if probe.returncode:
+        pytest.skip(f"Triton's NVIDIA backend does not import here: {probe.stderr.strip().splitlines()[-1:]}")
+    force_triton(monkeypatch)
+    specs = record_launches(monkeypatch)
+    torch.manual_seed(0)
+    ids = torch.randint(0, 16, (2, 16))
+    for mixer in list_mixers():
+        model = LanguageModel(16, 64, n_layers=2, mixer=mixer, max_seq_len=16)
+        logits = model.logits(model(ids)).flatten(0, 1)
+        cross_entropy(logits, ids.flatten()).backward()
+    assert {s["module"] for s in specs} == kernel_modules()  # every kernel module ran (a new one needs a driver)
+    unique = list({json.dumps(s, sort_keys=True): s for s in specs}.values())
+    done = subprocess.run([sys.executable, "-c", COMPILE], input=json.dumps(unique), capture_output=True, text=True,
+                          env={**os.environ, "TRITON_INTERPRET": "0"}, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    failures = json.loads(done.stdout.strip().splitlines()[-1])
+    assert not failures, "\n".join(failures)
