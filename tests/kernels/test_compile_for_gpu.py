@@ -2,8 +2,8 @@
 
 The CPU tests run the kernels under Triton's interpreter, which executes their Python and never compiles them, so a
 kernel can pass every CPU test and still fail to compile on the GPU (a type the compiler refuses, a loop-carried
-value that changes type). Here every registered mixer trains one step of a tiny model with each op forced onto its
-Triton path, under the interpreter, while every kernel launch is recorded (its argument types, constexprs and launch
+value that changes type). Here every registered mixer trains a step of a tiny model with each op forced onto its
+Triton path, in float32 and under bf16 autocast, through the interpreter, while every kernel launch is recorded (its argument types, constexprs and launch
 options); then a subprocess without the interpreter compiles each recorded specialization for Hopper (sm_90) with
 the ptxas that ships with Triton. Block sizes are the interpreter's small ones, not the GPU's tuned ones: what is
 checked is that the code compiles, not how fast it runs.
@@ -124,8 +124,10 @@ def test_every_launched_triton_kernel_compiles_for_sm90(monkeypatch):
     ids = torch.randint(0, 16, (2, 16))
     for mixer in list_mixers():
         model = LanguageModel(16, 64, n_layers=2, mixer=mixer, max_seq_len=16)
-        logits = model.logits(model(ids)).flatten(0, 1)
-        cross_entropy(logits, ids.flatten()).backward()
+        for bf16 in (False, True):  # float32 runs, and the dtypes training sees under bf16 autocast on a GPU
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+                logits = model.logits(model(ids)).flatten(0, 1)
+            cross_entropy(logits, ids.flatten()).backward()
     assert {s["module"] for s in specs} == kernel_modules()  # every kernel module ran (a new one needs a driver)
     unique = list({json.dumps(s, sort_keys=True): s for s in specs}.values())
     done = subprocess.run([sys.executable, "-c", COMPILE], input=json.dumps(unique), capture_output=True, text=True,
