@@ -20,7 +20,7 @@ import torch
 
 from zoo.kernels import backend as kernel_backend
 from zoo.kernels.cross_entropy import cross_entropy
-from zoo.mixers.registry import list_mixers
+from zoo.mixers.registry import get_mixer, list_mixers
 from zoo.model import LanguageModel
 
 KERNELS = Path(kernel_backend.__file__).resolve().parent
@@ -122,7 +122,8 @@ def test_every_launched_triton_kernel_compiles_for_sm90(monkeypatch):
     specs = record_launches(monkeypatch)
     torch.manual_seed(0)
     ids = torch.randint(0, 16, (2, 16))
-    for mixer in list_mixers():
+    # zoo's own mixers (other tests register misbehaving ones in this process, one of which ends it)
+    for mixer in [m for m in list_mixers() if get_mixer(m).__module__.startswith("zoo.mixers.")]:
         model = LanguageModel(16, 64, n_layers=2, mixer=mixer, max_seq_len=16)
         for bf16 in (False, True):  # float32 runs, and the dtypes training sees under bf16 autocast on a GPU
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
