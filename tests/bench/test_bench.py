@@ -44,3 +44,21 @@ def test_unknown_section_is_refused(tiny_sweep, capsys):
     with pytest.raises(SystemExit) as exit_info:
         bench.main(["--sweep", tiny_sweep, "--sections", "steps,speed"])
     assert exit_info.value.code == 2 and "--sections='speed'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("kernel, kind", [
+    ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64", "matmul"),
+    ("nvjet_tst_128x64_64x8_2x1_v_bz_TNT", "matmul"),
+    ("void pytorch_flash::flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel<Flash_bwd_kernel_traits<128>>", "attention"),
+    ("_attn_bwd_dkdv", "attention"),
+    ("_selective_scan_bwd_kernel", "scan / recurrence"),
+    ("_norm_bwd_kernel", "norm"),
+    ("_cross_entropy_kernel", "loss"),
+    ("void at::native::(anonymous namespace)::fused_adamw_kernel", "optimizer"),
+    ("void at_cuda_detail::cub::DeviceRadixSortOnesweepKernel", "embedding"),
+    ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>>", "elementwise / reduction"),
+    ("some_new_kernel", "other"),
+])
+def test_profile_sorts_kernels_into_kinds_of_work(kernel, kind):
+    from zoo.bench.profile import kind_of
+    assert kind_of(kernel) == kind

@@ -9,6 +9,7 @@ count once), their ratio (the GPU-busy fraction), kernels per training step and 
 from __future__ import annotations
 
 import argparse
+import re
 import tempfile
 import time
 from pathlib import Path
@@ -29,6 +30,26 @@ def busy_seconds(intervals: list[tuple[float, float]]) -> float:
             total += e - end
             end = e
     return total / 1e6
+
+
+# kind of work -> a pattern of the kernel names that do it (first match wins; the names are cuBLAS/CUTLASS's,
+# PyTorch's, FlashAttention's and the Triton kernels' own)
+KINDS = {
+    "loss": r"cross_entropy|log_softmax|nll_loss",
+    "attention": r"flash|fmha|attn|attention",
+    "scan / recurrence": r"scan|recurren|wkv|rwkv|ssd|chunk|long_conv|short_conv|conv|fft|delta_rule",
+    "optimizer": r"adam|multi_tensor",  # before norm: gradient clipping's norms run as multi_tensor kernels
+    "norm": r"norm",
+    "embedding": r"embedding|sorted_sum|radix|sort|index_put|scatter|gather",
+    "matmul": r"gemm|gemv|cutlass|xmma|nvjet|cublas|magma|sm\d+_",
+    "elementwise / reduction": r"elementwise|vectorized|unrolled|reduce|copy|fill|cat|where|triton_",
+}
+
+
+def kind_of(kernel: str) -> str:
+    """The kind of work a GPU kernel does, by its name (``KINDS``), or "other"."""
+    name = kernel.lower()
+    return next((kind for kind, pattern in KINDS.items() if re.search(pattern, name)), "other")
 
 
 def profile_run(mixer: str, graphs: bool, epochs: int = 1, top: int = 8) -> dict:
@@ -55,10 +76,14 @@ def profile_run(mixer: str, graphs: bool, epochs: int = 1, top: int = 8) -> dict
     for e in kernels:
         calls[e.name] = calls.get(e.name, 0) + 1
     ranked = sorted(by_name.items(), key=lambda kv: -kv[1])[:top]
+    by_kind: dict[str, float] = {}
+    for name, s in by_name.items():
+        by_kind[kind_of(name)] = by_kind.get(kind_of(name), 0.0) + s
     return {"mixer": mixer, "graphs": graphs, "status": record["status"], "wall_s": wall,
             "epoch_s": record["history"][-1]["train_seconds"] if record["history"] else float("nan"),
             "gpu_busy_s": busy, "busy_fraction": busy / wall, "kernels_per_step": len(kernels) / steps,
-            "top": [(name[:90], round(s, 4), calls[name] / steps) for name, s in ranked]}
+            "top": [(name[:90], round(s, 4), calls[name] / steps) for name, s in ranked],
+            "kinds": sorted(by_kind.items(), key=lambda kv: -kv[1])}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -79,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{mixer:<9} graphs={'on ' if graphs else 'off'} wall {r['wall_s']:.3f} s (epoch {r['epoch_s']:.3f} s)"
                   f"  GPU busy {r['gpu_busy_s']:.3f} s = {100 * r['busy_fraction']:.0f}%"
                   f"  kernels/step {r['kernels_per_step']:.0f}  [{r['status']}]", flush=True)
+            print("    by kind: " + ", ".join(f"{kind} {s:.3f} s" for kind, s in r["kinds"]))
             for name, s, per_step in r["top"]:
                 print(f"    {s:8.4f} s  {per_step:5.1f}/step  {name}")
     return 0
