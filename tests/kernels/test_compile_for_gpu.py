@@ -2,13 +2,14 @@
 
 The CPU tests run the kernels under Triton's interpreter, which executes their Python and never compiles them, so a
 kernel can pass every CPU test and still fail to compile on the GPU (a type the compiler refuses, a loop-carried
-value that changes type). Here every registered mixer trains a step of a tiny model with each op forced onto its
-Triton path, in float32 and under bf16 autocast, through the interpreter, while every kernel launch is recorded (its argument types, constexprs and launch
-options); then a subprocess without the interpreter compiles each recorded specialization for Hopper (sm_90) with
+value that changes type). Here each of zoo's mixers trains a step of a tiny model with each op forced onto its
+Triton path, in float32 and under bf16 autocast, through the interpreter, while every kernel launch is recorded
+(its argument types, constexprs and launch options); then a subprocess without the interpreter compiles each recorded specialization for Hopper (sm_90) with
 the ptxas that ships with Triton. Block sizes are the interpreter's small ones, not the GPU's tuned ones: what is
 checked is that the code compiles, not how fast it runs.
 """
 import importlib
+import inspect
 import json
 import os
 import subprocess
@@ -69,7 +70,6 @@ def record_launches(monkeypatch) -> list[dict]:
     specs, run = [], InterpretedFunction.run
 
     def recording_run(self, *args, grid, warmup, **kwargs):
-        import inspect
         params = inspect.signature(self.fn).parameters
         options = {k: kwargs.pop(k) for k in LAUNCH_OPTIONS if k in kwargs}
         values = dict(zip(self.arg_names, args)) | kwargs

@@ -78,7 +78,8 @@ def profile_run(mixer: str, graphs: bool, epochs: int = 1, top: int = 8) -> dict
     ranked = sorted(by_name.items(), key=lambda kv: -kv[1])[:top]
     by_kind: dict[str, float] = {}
     for name, s in by_name.items():
-        by_kind[kind_of(name)] = by_kind.get(kind_of(name), 0.0) + s
+        kind = kind_of(name)
+        by_kind[kind] = by_kind.get(kind, 0.0) + s
     return {"mixer": mixer, "graphs": graphs, "status": record["status"], "wall_s": wall,
             "epoch_s": record["history"][-1]["train_seconds"] if record["history"] else float("nan"),
             "gpu_busy_s": busy, "busy_fraction": busy / wall, "kernels_per_step": len(kernels) / steps,
