@@ -1,6 +1,8 @@
 """Memory layout helpers shared by zoo's Triton kernels."""
 from __future__ import annotations
 
+import functools
+
 import torch
 import triton
 import triton.language as tl
@@ -9,6 +11,16 @@ import triton.language as tl
 def last_dim_contiguous(x: torch.Tensor) -> torch.Tensor:
     """x itself when its last dim has stride 1 (the kernels' vector loads need it), else a contiguous copy."""
     return x if x.stride(-1) == 1 else x.contiguous()
+
+
+@functools.cache
+def resident_programs(device: torch.device) -> int:
+    """How many programs a kernel that walks its rows in a fixed number of programs launches: 4 per SM on a GPU,
+    enough to hide memory latency; 2 under the interpreter, which runs programs one after another (tests then
+    still split the rows between programs)."""
+    if device.type != "cuda":
+        return 2
+    return 4 * torch.cuda.get_device_properties(device).multi_processor_count
 
 
 @triton.jit

@@ -2,10 +2,10 @@
 
 ``cross_entropy(logits, targets, ignore_index=-100, backend="auto")`` with logits [R, V] and targets [R]
 (``ignore_index`` where a row has no label) -> a float32 0-d tensor, the mean over the labelled rows (NaN when
-there are none), computed in float32 whatever the logits' dtype. ``backend``: ``"triton"`` (``fused.py``: loss
-and gradient in one pass over the logits, the gradient written in the logits' dtype), ``"naive"``
-(``naive.py``: ``F.cross_entropy`` of the logits cast to float32) or ``"auto"`` (Triton for float CUDA
-logits, else the reference). ``zoo.kernels.backend.last_backend("cross_entropy")`` says which ran.
+there are none), computed in float32 whatever the logits' dtype. ``backend``: ``"triton"`` (``fused.py``: a
+log-sum-exp pass over the logits forward, one gradient pass backward, the gradient written in the logits'
+dtype), ``"naive"`` (``naive.py``: ``F.cross_entropy`` of the logits cast to float32) or ``"auto"`` (Triton for
+float CUDA logits, else the reference). ``zoo.kernels.backend.last_backend("cross_entropy")`` says which ran.
 """
 from __future__ import annotations
 

@@ -1,13 +1,15 @@
-"""Cross-entropy and its gradient in one Triton pass over the logits.
+"""Cross-entropy over the vocabulary: a Triton log-sum-exp pass forward, one gradient pass backward.
 
 Why: the training loss of every zoo run is a cross-entropy over the vocabulary at the labelled positions
 (MQAR at N=256, batch 256: 4096 rows x 8192 classes). In PyTorch that is a float32 copy of the bf16
 logits, log-softmax, its backward into a float32 gradient and a cast back to bf16: about 1.3 GB of memory
-traffic a step, where the logits themselves are 64 MB. Here one program per row reads its bf16 logits twice
-(an online max and sum of exponentials, then the gradient) and writes the loss of the row and the gradient
-``(softmax - onehot) / n`` in the logits' dtype during the forward; the backward only scales it by the
-incoming gradient. The arithmetic is float32 throughout, as in the reference, and the gradient is rounded
-to the logits' dtype once, where the reference rounds it in the cast back.
+traffic a step, where the logits themselves are 64 MB. Here the forward reads each row of logits once (an
+online max and sum of exponentials) and keeps its log-sum-exp; the backward reads the row again and writes
+the gradient ``(softmax - onehot) * g / n`` in the logits' dtype, g the incoming gradient (read from device
+memory). So the logits are read twice and the gradient written once: about 0.2 GB a step. (Writing the
+gradient during the forward, as fused losses that free their logits do, costs a third pass: scaling it by g
+afterwards.) The arithmetic is float32 throughout, as in the reference, and the gradient is rounded to the
+logits' dtype once, where the reference rounds it in the cast back.
 
 Shapes: logits [R, V] (any row stride, contiguous rows), targets [R] int64; n = the number of rows whose
 target is not ``ignore_index``, read from device memory, so nothing waits for the host (CUDA graphs).
@@ -22,8 +24,7 @@ MAX_BLOCK = 4096  # classes per loop step: 16 per thread with 8 warps
 
 
 @triton.jit
-def _cross_entropy_kernel(LOGITS, TARGETS, INV_N, LOSS, GRAD, V, s_row, g_row, ignore_index,
-                          WRITE_GRAD: tl.constexpr, BLOCK_V: tl.constexpr):
+def _loss_kernel(LOGITS, TARGETS, LOSS, LSE, V, s_row, ignore_index, BLOCK_V: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     target = tl.load(TARGETS + row)
     labelled = target != ignore_index
@@ -40,17 +41,31 @@ def _cross_entropy_kernel(LOGITS, TARGETS, INV_N, LOSS, GRAD, V, s_row, g_row, i
     lse = m + tl.log(total)
     picked = tl.load(base + tl.where(labelled, target, 0)).to(tl.float32)
     tl.store(LOSS + row, tl.where(labelled, lse - picked, 0.0))
-    if WRITE_GRAD:
-        scale = tl.where(labelled, tl.load(INV_N), 0.0)  # 1 / n; unlabelled rows get no gradient
-        for start in range(0, V, BLOCK_V):
-            cols = start + tl.arange(0, BLOCK_V)
-            x = tl.load(base + cols, mask=cols < V, other=0.0).to(tl.float32)
-            g = (tl.exp(x - lse) - tl.where(cols == target, 1.0, 0.0)) * scale
-            tl.store(GRAD + row * g_row + cols, g.to(GRAD.dtype.element_ty), mask=cols < V)
+    tl.store(LSE + row, lse)
+
+
+@triton.jit
+def _grad_kernel(LOGITS, TARGETS, LSE, INV_N, GRAD_LOSS, GRAD, V, s_row, g_row, ignore_index,
+                 BLOCK_V: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    target = tl.load(TARGETS + row)
+    # g / n for a labelled row; an unlabelled row gets no gradient
+    scale = tl.where(target != ignore_index, tl.load(INV_N) * tl.load(GRAD_LOSS).to(tl.float32), 0.0)
+    lse = tl.load(LSE + row)
+    for start in range(0, V, BLOCK_V):
+        cols = start + tl.arange(0, BLOCK_V)
+        x = tl.load(LOGITS + row * s_row + cols, mask=cols < V, other=0.0).to(tl.float32)
+        g = (tl.exp(x - lse) - tl.where(cols == target, 1.0, 0.0)) * scale
+        tl.store(GRAD + row * g_row + cols, g.to(GRAD.dtype.element_ty), mask=cols < V)
+
+
+def _launch(V: int) -> dict:
+    block = min(triton.next_power_of_2(V), MAX_BLOCK)
+    return dict(BLOCK_V=block, num_warps=8 if block >= 2048 else 4)
 
 
 class CrossEntropy(torch.autograd.Function):
-    """Mean cross-entropy of logits [R, V] over the labelled rows; the gradient is computed in the forward."""
+    """Mean cross-entropy of logits [R, V] over the labelled rows."""
 
     @staticmethod
     def forward(ctx, logits: torch.Tensor, targets: torch.Tensor, ignore_index: int) -> torch.Tensor:
@@ -59,20 +74,22 @@ class CrossEntropy(torch.autograd.Function):
         R, V = logits.shape
         inv_n = 1.0 / (targets != ignore_index).sum().float()  # inf without labels: the loss is NaN, as PyTorch's
         loss_rows = torch.empty(R, device=logits.device, dtype=torch.float32)
-        write_grad = ctx.needs_input_grad[0]
-        grad = torch.empty((R, V), device=logits.device, dtype=logits.dtype) if write_grad else loss_rows
-        block = min(triton.next_power_of_2(V), MAX_BLOCK)
+        lse = torch.empty(R, device=logits.device, dtype=torch.float32)
         if R:
-            _cross_entropy_kernel[(R,)](logits, targets, inv_n, loss_rows, grad, V, logits.stride(0), V, ignore_index,
-                                        WRITE_GRAD=write_grad, BLOCK_V=block, num_warps=8 if block >= 2048 else 4)
-        if write_grad:
-            ctx.save_for_backward(grad)
+            _loss_kernel[(R,)](logits, targets, loss_rows, lse, V, logits.stride(0), ignore_index, **_launch(V))
+        ctx.save_for_backward(logits, targets, lse, inv_n)
+        ctx.ignore_index = ignore_index
         return loss_rows.sum() * inv_n
 
     @staticmethod
     def backward(ctx, grad_loss: torch.Tensor):
-        (grad,) = ctx.saved_tensors
-        return grad * grad_loss.to(grad.dtype), None, None
+        logits, targets, lse, inv_n = ctx.saved_tensors
+        R, V = logits.shape
+        grad = torch.empty((R, V), device=logits.device, dtype=logits.dtype)
+        if R:
+            _grad_kernel[(R,)](logits, targets, lse, inv_n, grad_loss.contiguous(), grad, V, logits.stride(0), V,
+                               ctx.ignore_index, **_launch(V))
+        return grad, None, None
 
 
 def cross_entropy_triton(logits: torch.Tensor, targets: torch.Tensor, ignore_index: int = -100) -> torch.Tensor:

@@ -16,11 +16,11 @@ fixed way and nothing is added atomically, so gradients are the same on every ru
 """
 from __future__ import annotations
 
-import functools
-
 import torch
 import triton
 import triton.language as tl
+
+from zoo.kernels.layout import resident_programs
 
 TILE = 4096  # values per program and tile: 16 per thread with 8 warps
 NUM_WARPS = 8
@@ -119,15 +119,6 @@ def _tile(N: int) -> tuple[int, int]:
     return max(1, TILE // block_n), block_n
 
 
-@functools.cache
-def _max_programs(device: torch.device) -> int:
-    """Backward programs: 4 per SM on a GPU, enough to hide memory latency; 2 under the interpreter, which runs
-    programs one after another (tests then still walk several tiles per program)."""
-    if device.type != "cuda":
-        return 2
-    return 4 * torch.cuda.get_device_properties(device).multi_processor_count
-
-
 def _rows(t: torch.Tensor, H: int) -> torch.Tensor:
     """t [..., N] as [M / H, H, N] with a unit column stride: a view where one exists, else a copy."""
     t = t.reshape(-1, H, t.shape[-1])
@@ -160,7 +151,7 @@ class _Norm(torch.autograd.Function):
         M, H, N = x3.shape[0] * x3.shape[1], x3.shape[1], x3.shape[2]
         rows, block_n = _tile(N)
         tiles = max(1, triton.cdiv(M, rows))
-        per_program = triton.cdiv(tiles, min(tiles, _max_programs(x3.device)))
+        per_program = triton.cdiv(tiles, min(tiles, resident_programs(x3.device)))
         programs = triton.cdiv(tiles, per_program)  # none left without a tile: every partial row is written
         dy3 = _rows(dy, H)
         dx = torch.empty(ctx.shape, dtype=x3.dtype, device=x3.device)

@@ -12,6 +12,7 @@ from zoo.kernels.gatedfwa import gate_cumsum, gated_window_attention
 from zoo.kernels.gla import gla
 from zoo.kernels.embedding import embedding
 from zoo.kernels.layer_norm import layer_norm, rms_norm
+from zoo.kernels.linear import linear
 from zoo.kernels.long_conv import long_conv
 from zoo.kernels.retention import retention
 from zoo.kernels.rwkv7 import rwkv7
@@ -55,6 +56,7 @@ ENTRIES = {
     "rms_norm": (lambda x, w, z, backend: rms_norm(x, w, 1e-6, gate=z, backend=backend),
                  lambda: (rand(B, T, H, 8), rand(8), rand(B, T, H, 8)), "rms_norm", "naive", ["triton"]),
     "embedding": (embedding, lambda: (torch.randint(0, 7, (B, T)), rand(7, 5)), "embedding", "naive", ["triton"]),
+    "linear": (linear, lambda: (rand(B, T, 6), rand(5, 6), rand(5)), "linear", "naive", ["triton"]),
     "cross_entropy": (cross_entropy, lambda: (rand(B * T, 11), torch.randint(0, 11, (B * T,))), "cross_entropy",
                       "naive", ["triton"]),
 }

@@ -52,6 +52,12 @@ def kind_of(kernel: str) -> str:
     return next((kind for kind, pattern in KINDS.items() if re.search(pattern, name)), "other")
 
 
+def short_name(kernel: str, width: int = 170) -> str:
+    """A kernel's name without PyTorch's namespace noise, cut to ``width``: what the functor of an
+    elementwise or reduction kernel is shows within the width."""
+    return re.sub(r"void |at::native::|\(anonymous namespace\)::|std::", "", kernel)[:width]
+
+
 def profile_run(mixer: str, graphs: bool, epochs: int = 1, top: int = 8) -> dict:
     from torch.profiler import ProfilerActivity, profile
 
@@ -83,7 +89,7 @@ def profile_run(mixer: str, graphs: bool, epochs: int = 1, top: int = 8) -> dict
     return {"mixer": mixer, "graphs": graphs, "status": record["status"], "wall_s": wall,
             "epoch_s": record["history"][-1]["train_seconds"] if record["history"] else float("nan"),
             "gpu_busy_s": busy, "busy_fraction": busy / wall, "kernels_per_step": len(kernels) / steps,
-            "top": [(name[:90], round(s, 4), calls[name] / steps) for name, s in ranked],
+            "top": [(short_name(name), round(s, 4), calls[name] / steps) for name, s in ranked],
             "kinds": sorted(by_kind.items(), key=lambda kv: -kv[1])}
 
 

@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from zoo.kernels.gatedfwa import gated_window_attention
+from zoo.kernels.linear import Linear
 from zoo.errors import ConfigError
 from zoo.mixers.registry import POSITIONS, register_mixer
 from zoo.rope import apply_rope
@@ -39,8 +40,8 @@ class MultiHeadMixer(nn.Module):
             raise ConfigError("model.positions", positions, list(POSITIONS))
         self.num_heads, self.head_dim = num_heads, d_model // num_heads
         self.rope = positions == "rope"
-        self.qkv = nn.Linear(d_model, 3 * d_model, bias=bias)
-        self.out_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.qkv = Linear(d_model, 3 * d_model, bias=bias)
+        self.out_proj = Linear(d_model, d_model, bias=bias)
 
     def project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """x (B, L, D) -> q, k, v (B, L, H, D/H)."""

@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from zoo.kernels.based import based_attention
+from zoo.kernels.linear import Linear
 from zoo.errors import ConfigError
 from zoo.mixers.short_conv import ShortConv
 from zoo.mixers.registry import register_mixer
@@ -23,7 +24,7 @@ class BaseConv(nn.Module):
 
     def __init__(self, d_model: int, conv_kernel: int):
         super().__init__()
-        self.proj = nn.Linear(d_model, d_model)
+        self.proj = Linear(d_model, d_model)
         self.conv = ShortConv(d_model, conv_kernel)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -42,6 +42,7 @@ from torch import nn
 
 from zoo.kernels.gatedfwa import gate_cumsum, gated_window_attention
 from zoo.kernels.layer_norm import RMSNorm
+from zoo.kernels.linear import Linear
 from zoo.errors import ConfigError
 from zoo.mixers.attention import SlidingWindowAttention
 from zoo.mixers.registry import register_mixer
@@ -117,7 +118,7 @@ class GatedFWA(SlidingWindowAttention):
             self.gate_bias = nn.Parameter(torch.log(torch.expm1(alpha0)))  # softplus(b_g) = alpha0
             self.beta_proj = nn.Parameter(torch.zeros(d_model, num_heads))  # released: weight_lambda
         if opts["output_gate"]:
-            self.out_gate = nn.Linear(d_model, d_model, bias=bias)
+            self.out_gate = Linear(d_model, d_model, bias=bias)
             self.o_norm = RMSNorm(self.head_dim)
         else:
             self.out_gate = None

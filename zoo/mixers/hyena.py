@@ -14,6 +14,7 @@ import math
 import torch
 from torch import nn
 
+from zoo.kernels.linear import Linear
 from zoo.kernels.long_conv import gated_long_conv
 from zoo.errors import ConfigError
 from zoo.mixers.short_conv import ShortConv
@@ -98,12 +99,12 @@ class Hyena(nn.Module):
         if num_inner_mlps < 0:
             raise ConfigError("model.mixer_kwargs.num_inner_mlps", num_inner_mlps, "an integer >= 0")
         self.d_model = d_model
-        self.in_proj = nn.Linear(d_model, 3 * d_model)
+        self.in_proj = Linear(d_model, 3 * d_model)
         self.short_conv = ShortConv(3 * d_model, short_filter_order)
         self.filter = ImplicitFilter(d_model, max_seq_len, emb_dim=emb_dim, filter_order=filter_order,
                                      num_inner_mlps=num_inner_mlps)
         self.filter_bias = nn.Parameter(torch.randn(d_model))
-        self.out_proj = nn.Linear(d_model, d_model)
+        self.out_proj = Linear(d_model, d_model)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = gated_long_conv(self.short_conv(self.in_proj(x)), self.filter(x.shape[1]), self.filter_bias)
