@@ -35,7 +35,13 @@ STATE_MIXERS = {"identity": lambda d_model: nn.Identity(), "mlp": MLP}
 
 
 class Block(nn.Module):
-    """x + mixer(norm(x)), then x + state_mixer(norm(x)). (B, L, D) -> (B, L, D)."""
+    """x + mixer(norm1(x)), then x + state_mixer(norm2(x)). (B, L, D) -> (B, L, D).
+
+    Each residual addition is left to the norm that reads its result (``LayerNorm.after_add``, one pass each way on
+    a GPU, the same numbers as the add and the norm): ``forward(x, update)`` first adds ``update``, the previous
+    block's last output (None before the first block), and returns the stream with its own last output, not yet
+    added. ``LanguageModel.forward`` adds the last one in its final norm.
+    """
 
     def __init__(self, d_model: int, mixer: nn.Module, state_mixer: str):
         super().__init__()
@@ -45,12 +51,14 @@ class Block(nn.Module):
         self.state_mixer = STATE_MIXERS[state_mixer](d_model)
         self.passes_layer_state = getattr(mixer, "uses_layer_state", False)
 
-    def forward(self, x: torch.Tensor, layer_state: dict) -> torch.Tensor:
-        h = self.norm1(x)
-        x = x + (self.mixer(h, layer_state) if self.passes_layer_state else self.mixer(h))
+    def forward(self, x: torch.Tensor, update: torch.Tensor | None,
+                layer_state: dict) -> tuple[torch.Tensor, torch.Tensor]:
+        x, h = (x, self.norm1(x)) if update is None else self.norm1.after_add(x, update)
+        update = self.mixer(h, layer_state) if self.passes_layer_state else self.mixer(h)
         if not isinstance(self.state_mixer, nn.Identity):
-            x = x + self.state_mixer(self.norm2(x))
-        return x
+            x, h = self.norm2.after_add(x, update)
+            update = self.state_mixer(h)
+        return x, update
 
 
 def zoology_init(model: nn.Module, n_layers: int, mamba_block: bool = False, std: float = 0.02) -> None:
@@ -184,9 +192,10 @@ class LanguageModel(nn.Module):
         if self.pos_embed is not None:
             x = x + self.pos_embed.weight[:L]
         layer_state: dict = {}
+        update = None  # each block's output, added to x by the norm after it
         for block in self.blocks:
-            x = block(x, layer_state)
-        return self.norm(x)
+            x, update = block(x, update, layer_state)
+        return self.norm(x) if update is None else self.norm.after_add(x, update)[1]
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """(..., D) hidden states -> (..., V) logits through the tied embedding."""

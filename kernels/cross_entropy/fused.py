@@ -24,7 +24,7 @@ MAX_BLOCK = 4096  # classes per loop step: 16 per thread with 8 warps
 
 
 @triton.jit
-def _loss_kernel(LOGITS, TARGETS, LOSS, LSE, V, s_row, ignore_index, BLOCK_V: tl.constexpr):
+def _cross_entropy_fwd_kernel(LOGITS, TARGETS, LOSS, LSE, V, s_row, ignore_index, BLOCK_V: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     target = tl.load(TARGETS + row)
     labelled = target != ignore_index
@@ -45,7 +45,7 @@ def _loss_kernel(LOGITS, TARGETS, LOSS, LSE, V, s_row, ignore_index, BLOCK_V: tl
 
 
 @triton.jit
-def _grad_kernel(LOGITS, TARGETS, LSE, INV_N, GRAD_LOSS, GRAD, V, s_row, g_row, ignore_index,
+def _cross_entropy_bwd_kernel(LOGITS, TARGETS, LSE, INV_N, GRAD_LOSS, GRAD, V, s_row, g_row, ignore_index,
                  BLOCK_V: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     target = tl.load(TARGETS + row)
@@ -76,7 +76,8 @@ class CrossEntropy(torch.autograd.Function):
         loss_rows = torch.empty(R, device=logits.device, dtype=torch.float32)
         lse = torch.empty(R, device=logits.device, dtype=torch.float32)
         if R:
-            _loss_kernel[(R,)](logits, targets, loss_rows, lse, V, logits.stride(0), ignore_index, **_launch(V))
+            _cross_entropy_fwd_kernel[(R,)](logits, targets, loss_rows, lse, V, logits.stride(0), ignore_index,
+                                            **_launch(V))
         ctx.save_for_backward(logits, targets, lse, inv_n)
         ctx.ignore_index = ignore_index
         return loss_rows.sum() * inv_n
@@ -87,8 +88,8 @@ class CrossEntropy(torch.autograd.Function):
         R, V = logits.shape
         grad = torch.empty((R, V), device=logits.device, dtype=logits.dtype)
         if R:
-            _grad_kernel[(R,)](logits, targets, lse, inv_n, grad_loss.contiguous(), grad, V, logits.stride(0), V,
-                               ctx.ignore_index, **_launch(V))
+            _cross_entropy_bwd_kernel[(R,)](logits, targets, lse, inv_n, grad_loss.contiguous(), grad, V,
+                                            logits.stride(0), V, ctx.ignore_index, **_launch(V))
         return grad, None, None
 
 

@@ -8,7 +8,9 @@ for a dozen small elementwise kernels per call (GatedFWA's QK and output norms, 
 path (``fused.py``) is one Triton kernel forward and one backward (plus a column sum of per-program weight
 and bias partials), reads strided views in place and fuses the gate: ``y = norm(x) * weight * silu(gate)``.
 
-``layer_norm(x, weight, bias, eps, backend)`` and ``rms_norm(x, weight, eps, gate, out_dtype, backend)``;
+``layer_norm(x, weight, bias, eps, backend)``, ``add_layer_norm(x, update, weight, bias, eps, backend)`` (the norm of
+x + update, returned with the sum: a pre-norm block's residual add fused into the norm after it) and
+``rms_norm(x, weight, eps, gate, out_dtype, backend)``;
 ``backend``: ``"triton"``, ``"naive"`` (``naive.py``: ``F.layer_norm``, ``F.rms_norm``) or ``"auto"`` (Triton
 for float32/bf16/fp16 CUDA tensors with N <= ``MAX_N``, else the reference). Both compute in float32 (float64
 stays float64 in the reference). ``zoo.kernels.backend.last_backend("layer_norm")`` / ``("rms_norm")`` say
@@ -54,6 +56,23 @@ def layer_norm(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor 
     return norm_triton(x, weight, bias, None, eps, False, out_dtype)
 
 
+def add_layer_norm(x: torch.Tensor, update: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
+                   eps: float = 1e-5, backend: str = "auto") -> tuple[torch.Tensor, torch.Tensor]:
+    """(s, layer_norm(s)) with s = x + update (x, update [..., N], s in their promoted dtype): a pre-norm block's
+    residual add and the norm that reads its result. The Triton path does both in one pass, and in the backward
+    adds s's own gradient to the norm's and writes the sum for x and for update in their dtypes: the same numbers
+    as the add, the norm and autograd's sum and cast, in one kernel each way. y's dtype is ``layer_norm``'s."""
+    if update.shape != x.shape:
+        raise ValueError(f"update.shape={tuple(update.shape)} is not valid: expected the shape of x, {tuple(x.shape)}")
+    if not _use_triton("layer_norm", backend, x):
+        total = x + update
+        return total, layer_norm_naive(total, weight, bias, eps)
+    from zoo.kernels.layer_norm.fused import add_norm_triton
+    total_dtype = torch.promote_types(x.dtype, update.dtype)
+    out_dtype = torch.float32 if torch.is_autocast_enabled(x.device.type) else total_dtype
+    return add_norm_triton(x, update, weight, bias, eps, False, out_dtype)
+
+
 def rms_norm(x: torch.Tensor, weight: torch.Tensor | None = None, eps: float | None = None,
              gate: torch.Tensor | None = None, out_dtype: torch.dtype | None = None,
              backend: str = "auto") -> torch.Tensor:
@@ -80,6 +99,10 @@ class LayerNorm(torch.nn.LayerNorm):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return layer_norm(x, self.weight, self.bias, self.eps)
 
+    def after_add(self, x: torch.Tensor, update: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(x + update, this norm of it) through :func:`add_layer_norm`: one pass each way on a GPU."""
+        return add_layer_norm(x, update, self.weight, self.bias, self.eps)
+
 
 class RMSNorm(torch.nn.RMSNorm):
     """``nn.RMSNorm`` over the last dim (same parameters and state dict) that uses :func:`rms_norm`, optionally
@@ -95,4 +118,4 @@ class RMSNorm(torch.nn.RMSNorm):
         return rms_norm(x, self.weight, self.eps, gate, out_dtype)
 
 
-__all__ = ["layer_norm", "rms_norm", "LayerNorm", "RMSNorm", "BACKENDS"]
+__all__ = ["layer_norm", "add_layer_norm", "rms_norm", "LayerNorm", "RMSNorm", "BACKENDS"]

@@ -30,7 +30,7 @@ NUM_WARPS = 8
 
 
 @triton.jit
-def _column_sum_kernel(X, PARTIAL, M, N, s_row, rows_per_program, ROWS: tl.constexpr, BLOCK_N: tl.constexpr):
+def _bias_grad_column_sum_kernel(X, PARTIAL, M, N, s_row, rows_per_program, ROWS: tl.constexpr, BLOCK_N: tl.constexpr):
     cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     col_ok = cols < N
     first = tl.program_id(0).to(tl.int64) * rows_per_program
@@ -54,8 +54,8 @@ def column_sum(x: torch.Tensor) -> torch.Tensor:
     per_program = triton.cdiv(triton.cdiv(M, programs), rows) * rows
     programs = triton.cdiv(M, per_program)  # none left without rows: every partial row is written
     partial = torch.empty(programs, N, dtype=torch.float32, device=x.device)
-    _column_sum_kernel[(programs, column_blocks)](x, partial, M, N, x.stride(0), per_program,
-                                                  ROWS=rows, BLOCK_N=block_n, num_warps=NUM_WARPS)
+    _bias_grad_column_sum_kernel[(programs, column_blocks)](x, partial, M, N, x.stride(0), per_program,
+                                                            ROWS=rows, BLOCK_N=block_n, num_warps=NUM_WARPS)
     return partial.sum(0)
 
 

