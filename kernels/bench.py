@@ -11,11 +11,13 @@ recurrence, the chunked PyTorch form, fla's kernels where they work, and our Tri
 chunked form, in bf16; Mamba's selective scan for every launch choice (channels per program, warps, pipelining
 stages) next to mamba-ssm's ``selective_scan_fn`` where it imports, the depthwise causal short conv against
 PyTorch's grouped conv1d, Hyena's gated long conv fused around its FFTs against the unfused composition, and the
-training loss (cross-entropy over the vocabulary at the labelled rows) against PyTorch's and fla's fused one.
+training loss (cross-entropy over the vocabulary at the labelled rows) against PyTorch's and fla's fused one, the
+residual stream's LayerNorm and the residual add fused into it against PyTorch's, and a biased projection (its
+bias gradient a Triton column sum) against ``F.linear``.
 
     python -m zoo.kernels.bench --shapes 1,16,65536,64,512 256,2,512,64,256 --dtype bf16 --recurrences 128,128,2,64 \
         --rwkv7 256,256,2,64 128,512,2,64 --selective-scan 256,256,256,16 --short-conv 256,256,384,3 \
-        --gated-long-conv 256,256,128 128,512,64 --cross-entropy 4096,8192
+        --gated-long-conv 256,256,128 128,512,64 --cross-entropy 4096,8192 --layer-norm 65536,128 --linear 65536,128,384
 """
 from __future__ import annotations
 
@@ -27,6 +29,8 @@ import torch.nn.functional as F
 from zoo.kernels import delta_rule as delta_rule_op
 from zoo.kernels import rwkv7 as rwkv7_op
 from zoo.kernels.cross_entropy import cross_entropy
+from zoo.kernels.layer_norm import add_layer_norm, layer_norm
+from zoo.kernels.linear import linear
 from zoo.kernels.backend import FLA_CHUNK_MODULES_BROKEN_ON_HOPPER, fla_chunks_unreliable, optional_import
 from zoo.kernels.gatedfwa import gate_cumsum, gated_window_attention
 from zoo.kernels.gatedfwa.naive import gate_cumsum_ref
@@ -301,6 +305,54 @@ def cross_entropy_rows(R, V):
     return rows
 
 
+def autocast_bf16(fn):
+    """``fn`` called under CUDA bf16 autocast, as training calls it."""
+    def call():
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            return fn()
+    return call
+
+
+def layer_norm_rows(R, N):
+    """{name: (fwd ms, fwd+bwd ms)} of the residual stream's norms under bf16 autocast: LayerNorm of a float32 x
+    [R, N], ours and PyTorch's; then a block's residual add x + update (a bf16 mixer output) with the norm after it,
+    both outputs used (the sum by the next block): ours fused, our norm after PyTorch's add, PyTorch's."""
+    dev = "cuda"
+    torch.manual_seed(0)
+    x = torch.randn(R, N, device=dev, requires_grad=True)
+    update = torch.randn(R, N, device=dev, dtype=torch.bfloat16, requires_grad=True)
+    weight, bias = torch.randn(N, device=dev, requires_grad=True), torch.randn(N, device=dev, requires_grad=True)
+    grad = torch.randn(R, N, device=dev)
+    rows = {f"layer norm, {name}": timed_pair(autocast_bf16(lambda: layer_norm(x, weight, bias, backend=name)),
+                                              grad, (x, weight, bias))
+            for name in ("triton", "naive")}
+    leaves = (x, update, weight, bias)
+
+    def apart(name):
+        total = x + update
+        return total, layer_norm(total, weight, bias, backend=name)
+
+    for label, fn in (("add + layer norm fused, triton", lambda: add_layer_norm(*leaves, backend="triton")),
+                      ("add, then layer norm, triton", lambda: apart("triton")),
+                      ("add, then layer norm, naive", lambda: apart("naive"))):
+        fwd = autocast_bf16(fn)
+        rows[label] = (timed(fwd), timed(lambda: torch.autograd.backward(fwd(), (grad, grad)), leaves))
+    return rows
+
+
+def linear_rows(M, K, N):
+    """{name: (fwd ms, fwd+bwd ms)} of a biased projection x [M, K] (float32) -> [M, N] under bf16 autocast: ours
+    (the bias gradient a Triton column sum) and ``F.linear``."""
+    dev = "cuda"
+    torch.manual_seed(0)
+    x = torch.randn(M, K, device=dev, requires_grad=True)
+    weight = (torch.randn(N, K, device=dev) * K ** -0.5).requires_grad_()
+    bias = torch.randn(N, device=dev, requires_grad=True)
+    grad = torch.randn(M, N, device=dev, dtype=torch.bfloat16)
+    return {name: timed_pair(autocast_bf16(lambda: linear(x, weight, bias, backend=name)), grad, (x, weight, bias))
+            for name in ("triton", "naive")}
+
+
 def shape_of(names: str):
     """An argparse type: "1,2,3" -> (1, 2, 3), one positive int per comma-separated name in ``names``; "" -> None
     (the section is skipped). Anything else is an argparse error (exit 2) that names the expected form."""
@@ -337,6 +389,10 @@ def main(argv: list[str] | None = None):
                         help="Hyena's gated long conv shapes B,L,D (D = d_model)")
     parser.add_argument("--cross-entropy", nargs="*", type=shape_of("R,V"), default=[(4096, 8192)],
                         help="training loss shapes R,V (labelled rows, vocabulary)")
+    parser.add_argument("--layer-norm", nargs="*", type=shape_of("R,N"), default=[(65536, 128)],
+                        help="residual stream shapes R,N (rows, d_model) of the norms and the fused residual add")
+    parser.add_argument("--linear", nargs="*", type=shape_of("M,K,N"), default=[(65536, 128, 384)],
+                        help="biased projection shapes M,K,N (rows, in, out)")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         raise SystemExit("zoo.kernels.bench needs a CUDA GPU")
@@ -380,6 +436,12 @@ def main(argv: list[str] | None = None):
     for R, V in filter(None, args.cross_entropy):
         print(f"\ncross-entropy, R={R} labelled rows x V={V} classes, bf16 logits, mean over the labelled rows")
         print_pairs(cross_entropy_rows(R, V))
+    for R, N in filter(None, args.layer_norm):
+        print(f"\nlayer norm of a float32 stream [{R}, {N}], bf16 autocast; residual add of a bf16 update")
+        print_pairs(layer_norm_rows(R, N))
+    for M, K, N in filter(None, args.linear):
+        print(f"\nbiased projection [{M}, {K}] -> [{M}, {N}], bf16 autocast")
+        print_pairs(linear_rows(M, K, N))
 
 
 if __name__ == "__main__":
