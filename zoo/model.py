@@ -37,8 +37,8 @@ STATE_MIXERS = {"identity": lambda d_model: nn.Identity(), "mlp": MLP}
 class Block(nn.Module):
     """x + mixer(norm1(x)), then x + state_mixer(norm2(x)). (B, L, D) -> (B, L, D).
 
-    Each residual addition is left to the norm that reads its result (``LayerNorm.after_add``, one pass each way on
-    a GPU, the same numbers as the add and the norm): ``forward(x, update)`` first adds ``update``, the previous
+    Each residual addition is left to the norm that reads its result (``LayerNorm.after_add``: one pass each way on
+    a GPU, the numbers of the add and the norm apart): ``forward(x, update)`` first adds ``update``, the previous
     block's last output (None before the first block), and returns the stream with its own last output, not yet
     added. ``LanguageModel.forward`` adds the last one in its final norm.
     """

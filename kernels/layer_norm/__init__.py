@@ -60,8 +60,9 @@ def add_layer_norm(x: torch.Tensor, update: torch.Tensor, weight: torch.Tensor |
                    eps: float = 1e-5, backend: str = "auto") -> tuple[torch.Tensor, torch.Tensor]:
     """(s, layer_norm(s)) with s = x + update (x, update [..., N], s in their promoted dtype): a pre-norm block's
     residual add and the norm that reads its result. The Triton path does both in one pass, and in the backward
-    adds s's own gradient to the norm's and writes the sum for x and for update in their dtypes: the same numbers
-    as the add, the norm and autograd's sum and cast, in one kernel each way. y's dtype is ``layer_norm``'s."""
+    adds s's own gradient to the norm's and writes the sum for x and for update in their dtypes: the numbers of the
+    add, the norm and autograd's sum and cast, in one kernel each way (on a GPU up to the rounding of a multiply-add
+    the compiler may fuse into that sum). y's dtype is ``layer_norm``'s."""
     if update.shape != x.shape:
         raise ValueError(f"update.shape={tuple(update.shape)} is not valid: expected the shape of x, {tuple(x.shape)}")
     if not _use_triton("layer_norm", backend, x):
