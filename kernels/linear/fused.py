@@ -30,7 +30,8 @@ NUM_WARPS = 8
 
 
 @triton.jit
-def _bias_grad_column_sum_kernel(X, PARTIAL, M, N, s_row, rows_per_program, ROWS: tl.constexpr, BLOCK_N: tl.constexpr):
+def _bias_grad_column_sum_kernel(X, PARTIAL, M, N, s_row, rows_per_program,
+                                 ROWS: tl.constexpr, BLOCK_N: tl.constexpr):
     cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     col_ok = cols < N
     first = tl.program_id(0).to(tl.int64) * rows_per_program
