@@ -55,6 +55,14 @@ def timed_pair(fwd, grad, leaves):
     return timed(fwd), timed(lambda: fwd().backward(grad), leaves)
 
 
+def under_autocast(fn):
+    """``fn`` called under CUDA bf16 autocast, as training calls it."""
+    def call():
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            return fn()
+    return call
+
+
 def print_pairs(rows):
     """One line per row of ``timed_pair`` results (or a reason the row did not run), under a header."""
     print(f"{'':44s} {'fwd ms':>9s} {'fwd+bwd ms':>11s}")
@@ -259,9 +267,7 @@ def short_conv_rows(B, T, C, K):
     rows = {}
     for activation in (None, "silu"):
         for backend in ("triton", "naive"):
-            def call():
-                with torch.autocast("cuda", dtype=torch.bfloat16):
-                    return short_conv(x, w, b, activation=activation, backend=backend)
+            call = under_autocast(lambda: short_conv(x, w, b, activation=activation, backend=backend))
             rows[f"{backend}, {activation or 'no activation'}"] = timed_pair(call, grad, (x, w, b))
     return rows
 
@@ -277,10 +283,8 @@ def gated_long_conv_rows(B, L, D):
     grad = torch.randn(B, L, D, device=dev, dtype=torch.bfloat16)
     rows = {}
     for backend in ("triton", "naive"):
-        def call():
-            with torch.autocast("cuda", dtype=torch.bfloat16):
-                return gated_long_conv(xbc, h, bias, backend=backend)
-        rows[backend] = timed_pair(call, grad, (xbc, h, bias))
+        rows[backend] = timed_pair(under_autocast(lambda: gated_long_conv(xbc, h, bias, backend=backend)), grad,
+                                   (xbc, h, bias))
     return rows
 
 
@@ -305,14 +309,6 @@ def cross_entropy_rows(R, V):
     return rows
 
 
-def autocast_bf16(fn):
-    """``fn`` called under CUDA bf16 autocast, as training calls it."""
-    def call():
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            return fn()
-    return call
-
-
 def layer_norm_rows(R, N):
     """{name: (fwd ms, fwd+bwd ms)} of the residual stream's norms under bf16 autocast: LayerNorm of a float32 x
     [R, N], ours and PyTorch's; then a block's residual add x + update (a bf16 mixer output) with the norm after it,
@@ -323,7 +319,7 @@ def layer_norm_rows(R, N):
     update = torch.randn(R, N, device=dev, dtype=torch.bfloat16, requires_grad=True)
     weight, bias = torch.randn(N, device=dev, requires_grad=True), torch.randn(N, device=dev, requires_grad=True)
     grad = torch.randn(R, N, device=dev)
-    rows = {f"layer norm, {name}": timed_pair(autocast_bf16(lambda: layer_norm(x, weight, bias, backend=name)),
+    rows = {f"layer norm, {name}": timed_pair(under_autocast(lambda: layer_norm(x, weight, bias, backend=name)),
                                               grad, (x, weight, bias))
             for name in ("triton", "naive")}
     leaves = (x, update, weight, bias)
@@ -335,7 +331,7 @@ def layer_norm_rows(R, N):
     for label, fn in (("add + layer norm fused, triton", lambda: add_layer_norm(*leaves, backend="triton")),
                       ("add, then layer norm, triton", lambda: apart("triton")),
                       ("add, then layer norm, naive", lambda: apart("naive"))):
-        fwd = autocast_bf16(fn)
+        fwd = under_autocast(fn)
         rows[label] = (timed(fwd), timed(lambda: torch.autograd.backward(fwd(), (grad, grad)), leaves))
     return rows
 
@@ -349,7 +345,7 @@ def linear_rows(M, K, N):
     weight = (torch.randn(N, K, device=dev) * K ** -0.5).requires_grad_()
     bias = torch.randn(N, device=dev, requires_grad=True)
     grad = torch.randn(M, N, device=dev, dtype=torch.bfloat16)
-    return {name: timed_pair(autocast_bf16(lambda: linear(x, weight, bias, backend=name)), grad, (x, weight, bias))
+    return {name: timed_pair(under_autocast(lambda: linear(x, weight, bias, backend=name)), grad, (x, weight, bias))
             for name in ("triton", "naive")}
 
 

@@ -46,7 +46,7 @@ def _cross_entropy_fwd_kernel(LOGITS, TARGETS, LOSS, LSE, V, s_row, ignore_index
 
 @triton.jit
 def _cross_entropy_bwd_kernel(LOGITS, TARGETS, LSE, INV_N, GRAD_LOSS, GRAD, V, s_row, g_row, ignore_index,
-                 BLOCK_V: tl.constexpr):
+                              BLOCK_V: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     target = tl.load(TARGETS + row)
     # g / n for a labelled row; an unlabelled row gets no gradient

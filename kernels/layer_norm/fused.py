@@ -175,9 +175,9 @@ class _Norm(torch.autograd.Function):
         ds, dy = grads if len(grads) == 2 else (None, grads[0])
         x3, z3, weight, bias, mean, rstd = ctx.saved_tensors
         M, H, N = x3.shape[0] * x3.shape[1], x3.shape[1], x3.shape[2]
-        if dy is None:  # only the sum was used: its gradient passes through
-            dx = ds.to(ctx.dtypes[0])
-            return dx, (ds.to(ctx.dtypes[1]) if ctx.needs_input_grad[1] else None), None, None, None, *[None] * 4
+        if dy is None:  # only the sum was used: its gradient passes through to x and update
+            dr = ds.to(ctx.dtypes[1]) if ctx.needs_input_grad[1] else None
+            return ds.to(ctx.dtypes[0]), dr, None, None, None, None, None, None, None
         rows, block_n = _tile(N)
         tiles = max(1, triton.cdiv(M, rows))
         per_program = triton.cdiv(tiles, min(tiles, resident_programs(x3.device)))

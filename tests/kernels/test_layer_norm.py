@@ -187,7 +187,7 @@ def test_add_layer_norm_under_autocast_keeps_the_dtypes_of_a_bf16_update(name):
     weight, bias = torch.randn(32), torch.randn(32)
     fused, apart = fused_and_apart(name, x, update, weight, bias, bf16=True)
     assert [t.dtype for t in fused] == [torch.float32] * 3 + [torch.bfloat16] + [torch.float32] * 2
-    for i, (a, r) in enumerate(zip(fused, apart)):
+    for a, r in zip(fused, apart):
         assert a.dtype == r.dtype
         exact = name == "naive" or a.dtype == torch.float32
         torch.testing.assert_close(a, r, rtol=0 if exact else 8e-3, atol=0 if exact else 1e-6)
