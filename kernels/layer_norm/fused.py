@@ -11,7 +11,7 @@ to stream memory at full speed. It stores the mean (LayerNorm) and 1/std of each
 
 Backward: a fixed number of programs (a few per SM) each walk a contiguous run of tiles, write dx (and
 dz), and keep their own running sums of the weight and bias gradients in registers, stored once as one row
-of a [programs, N] float32 partial; a column sum over programs finishes them. Rows go to programs in a
+of a [programs, N] float32 partial; one column sum over programs finishes both. Rows go to programs in a
 fixed way and nothing is added atomically, so gradients are the same on every run.
 
 Residual add (``add_norm_triton``): a pre-norm block adds each mixer's output r to the residual stream x and
@@ -87,8 +87,10 @@ def _norm_bwd_kernel(X, Z, W, B, DY, DS, MEAN, RSTD, DX, DR, DZ, DW, DB, M, H, N
     col_ok = cols < N
     w = _param(W, cols, col_ok, 1.0, BLOCK_N)
     b = _param(B, cols, col_ok, 0.0, BLOCK_N)
-    dw = tl.zeros([BLOCK_N], dtype=tl.float32)
-    db = tl.zeros([BLOCK_N], dtype=tl.float32)
+    # per element, summed over the tile's rows once at the end: a column sum in every tile would cost two
+    # cross-warp reductions (shared memory and barriers) per tile
+    dw = tl.zeros([ROWS, BLOCK_N], dtype=tl.float32)
+    db = tl.zeros([ROWS, BLOCK_N], dtype=tl.float32)
     for i in range(tiles_per_program):
         rows = ((pid * tiles_per_program + i) * ROWS + tl.arange(0, ROWS)).to(tl.int64)
         row_ok = rows < M
@@ -109,8 +111,8 @@ def _norm_bwd_kernel(X, Z, W, B, DY, DS, MEAN, RSTD, DX, DR, DZ, DW, DB, M, H, N
                 dz = dy * a * sig * (1 + z * (1 - sig))
                 tl.store(DZ + rows[:, None] * N + cols[None, :], dz.to(DZ.dtype.element_ty), mask=mask)
             dy = dy * z * sig
-        dw += tl.sum(dy * xhat, axis=0)
-        db += tl.sum(dy, axis=0)
+        dw += dy * xhat
+        db += dy
         g = dy * w[None, :]  # the gradient with respect to xhat
         # dx = rstd (g - mean(g) - xhat mean(g xhat)); RMSNorm has no centring, so no mean(g) term
         gx = tl.sum(g * xhat, axis=1) / N
@@ -124,9 +126,9 @@ def _norm_bwd_kernel(X, Z, W, B, DY, DS, MEAN, RSTD, DX, DR, DZ, DW, DB, M, H, N
         if DR is not None:  # the same gradient for r, in r's dtype
             tl.store(DR + rows[:, None] * N + cols[None, :], dx.to(DR.dtype.element_ty), mask=mask)
     if DW is not None:
-        tl.store(DW + pid * N + cols, dw, mask=col_ok)
+        tl.store(DW + pid * N + cols, tl.sum(dw, axis=0), mask=col_ok)
     if DB is not None:
-        tl.store(DB + pid * N + cols, db, mask=col_ok)
+        tl.store(DB + pid * N + cols, tl.sum(db, axis=0), mask=col_ok)
 
 
 def _tile(N: int) -> tuple[int, int]:
@@ -188,15 +190,19 @@ class _Norm(torch.autograd.Function):
         dx = torch.empty(ctx.shape, dtype=x_dtype, device=x3.device)
         dr = torch.empty(ctx.shape, dtype=r_dtype, device=x3.device) if ctx.needs_input_grad[1] else None
         dz = torch.empty(ctx.shape, dtype=z3.dtype, device=x3.device) if ctx.needs_input_grad[4] else None
-        dw = torch.empty(programs, N, dtype=torch.float32, device=x3.device) if ctx.needs_input_grad[2] else None
-        db = torch.empty(programs, N, dtype=torch.float32, device=x3.device) if ctx.needs_input_grad[3] else None
+        # the weight's and the bias's per-program partial sums in one buffer, so that one column sum finishes both
+        wanted = [i for i in (2, 3) if ctx.needs_input_grad[i]]
+        partial = torch.empty(len(wanted), programs, N, dtype=torch.float32, device=x3.device)
+        dw = partial[wanted.index(2)] if 2 in wanted else None
+        db = partial[wanted.index(3)] if 3 in wanted else None
         z_s0, z_s1 = (0, 0) if z3 is None else z3.stride()[:2]
         _norm_bwd_kernel[(programs,)](
             x3, z3, weight, bias, dy3, ds, mean, rstd, dx, dr, dz, dw, db, M, H, N, x3.stride(0), x3.stride(1),
             z_s0, z_s1, dy3.stride(0), dy3.stride(1), per_program,
             RMS=ctx.rms, ROWS=rows, BLOCK_N=block_n, num_warps=NUM_WARPS)
-        dw = None if dw is None else dw.sum(0).to(weight.dtype)
-        db = None if db is None else db.sum(0).to(bias.dtype)
+        sums = partial.sum(1) if wanted else None
+        dw = None if dw is None else sums[wanted.index(2)].to(weight.dtype)
+        db = None if db is None else sums[wanted.index(3)].to(bias.dtype)
         return dx, dr, dw, db, dz, None, None, None, None
 
 
