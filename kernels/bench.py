@@ -222,7 +222,8 @@ def rwkv7_rows(B, T, H, K):
     return rows
 
 
-SCAN_LAUNCHES = [Launch(block_e, warps, stages) for block_e in (16, 32) for warps in (1, 2, 4) for stages in (1, 2)]
+SCAN_LAUNCHES = ([Launch(block_e, warps, stages) for block_e in (16, 32) for warps in (1, 2, 4) for stages in (1, 2)]
+                 + [Launch(block_e, warps, 1, "chunked") for block_e in (16, 32) for warps in (1, 2)])
 
 
 def selective_scan_rows(Bt, L, E, N):
@@ -244,7 +245,7 @@ def selective_scan_rows(Bt, L, E, N):
 
     rows = {}
     for launch in dict.fromkeys([Launch(), *SCAN_LAUNCHES]):
-        rows[f"ours {launch.block_e:>2d} ch, {launch.num_warps} warps, {launch.num_stages} stages"] = timed_pair(
+        rows[f"ours {launch.block_e:>2d} ch, {launch.num_warps} warps, {launch.num_stages} stages, {launch.states} states"] = timed_pair(
             lambda: selective_scan(u, dt, A, B, C, D, z, bias, True, launch=launch), grad, leaves)
     try:
         rows["mamba-ssm selective_scan_fn"] = timed_pair(

@@ -238,10 +238,13 @@ def _scan_bwd_kernel(u_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr,
 
 class Launch(NamedTuple):
     """How the scan kernels are launched: channels per program, warps per program, software-pipelining stages of
-    the time loop. ``python -m zoo.kernels.bench --selective-scan ...`` times the choices on a GPU."""
+    the time loop, and which states the forward keeps for the backward (``"auto"``: every state within
+    ``STATE_BUDGET_BYTES``, else the chunked mode; ``"all"`` or ``"chunked"`` to choose). ``python -m
+    zoo.kernels.bench --selective-scan ...`` times the choices on a GPU."""
     block_e: int = 16
     num_warps: int = 1
     num_stages: int = 1
+    states: str = "auto"
 
 
 def _block_e(E: int, launch: Launch) -> int:
@@ -263,7 +266,7 @@ class SelectiveScanFunction(torch.autograd.Function):
         N = A.shape[1]
         A, D, delta_bias = _f32(A), _f32(D), _f32(delta_bias)
         y = torch.empty(Bsz, L, E, device=u.device, dtype=torch.float32)
-        store_all = Bsz * (L + 1) * E * N * 4 <= STATE_BUDGET_BYTES
+        store_all = {"all": True, "chunked": False}.get(launch.states, Bsz * (L + 1) * E * N * 4 <= STATE_BUDGET_BYTES)
         states = torch.empty(Bsz, L + 1 if store_all else triton.cdiv(L, CHUNK), E, N, device=u.device,
                              dtype=torch.float32)
         block = _block_e(E, launch)

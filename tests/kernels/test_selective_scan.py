@@ -158,7 +158,7 @@ def test_launch_choices_change_only_the_speed(monkeypatch, device, mode):
             torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5, msg=lambda m: f"{launch}: {m}")
 
 
-def test_triton_stores_every_state_within_the_budget_and_chunks_above_it(monkeypatch):
+def test_triton_stores_every_state_within_the_budget_and_chunks_above_it_unless_told(monkeypatch):
     Bt, L, E, N = 2, 9, 3, 4
     monkeypatch.setattr(fused_recurrent, "CHUNK", 4)
     args, _ = inputs(Bt, L, E, N, torch.float32)
@@ -167,6 +167,8 @@ def test_triton_stores_every_state_within_the_budget_and_chunks_above_it(monkeyp
         monkeypatch.setattr(fused_recurrent, "STATE_BUDGET_BYTES", budget)
         ctx = selective_scan(*args).grad_fn
         assert ctx.store_all is store_all and ctx.saved_tensors[-1].shape == (Bt, n_states, E, N)
+        for states, forced in (("all", True), ("chunked", False)):  # a launch that names the mode overrides the budget
+            assert selective_scan(*args, launch=fused_recurrent.Launch(states=states)).grad_fn.store_all is forced
 
 
 @pytest.mark.gpu
