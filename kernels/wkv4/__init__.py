@@ -2,7 +2,9 @@
 
 ``wkv4(w, u, k, v, backend="auto")``: ``"triton"`` (``fused_recurrent.py``, forward and backward
 kernels), ``"naive"`` (``naive.py``, the PyTorch recurrence) or ``"auto"`` (Triton for CUDA tensors where
-it imports, else the recurrence). ``zoo.kernels.backend.last_backend("wkv4")`` says which ran.
+it imports, else the recurrence). ``zoo.kernels.backend.last_backend("wkv4")`` says which ran. Both compute in
+float32 and give k's and v's gradients in their dtypes; the Triton kernels read a bf16 k and v (autocast's
+projections) as they are, without float32 copies.
 """
 from __future__ import annotations
 

@@ -2,13 +2,17 @@
 
 Forward stores ``y`` and ``log D_t`` (log of the denominator). Backward walks time in reverse and keeps
 running sums over future outputs in the same max-shifted form, so every exponential it takes is <= 1.
+
+k, v and the output gradient are read in their own dtypes (bf16 projections under autocast) and converted in
+registers, and the gradients of k and v are written in those dtypes: no float32 copies of them before the kernels
+and no casts after. The math, ``y`` and the saved ``log D_t`` are float32 (the backward needs both exact), as are
+w and u.
 """
 from __future__ import annotations
 
 import torch
 import triton
 import triton.language as tl
-
 
 
 @triton.jit
@@ -23,8 +27,8 @@ def _wkv4_fwd_kernel(w_ptr, u_ptr, k_ptr, v_ptr, y_ptr, logd_ptr, L, C, BLOCK_C:
     p = tl.full([BLOCK_C], -1e38, dtype=tl.float32)
     offs = b * L * C + c
     for t in range(L):
-        kt = tl.load(k_ptr + offs + t * C, mask=mask, other=0.0)
-        vt = tl.load(v_ptr + offs + t * C, mask=mask, other=0.0)
+        kt = tl.load(k_ptr + offs + t * C, mask=mask, other=0.0).to(tl.float32)
+        vt = tl.load(v_ptr + offs + t * C, mask=mask, other=0.0).to(tl.float32)
         q = tl.maximum(p, u + kt)
         e1 = tl.exp(p - q)
         e2 = tl.exp(u + kt - q)
@@ -59,11 +63,11 @@ def _wkv4_bwd_kernel(w_ptr, u_ptr, k_ptr, v_ptr, y_ptr, logd_ptr, gy_ptr, gk_ptr
     offs = b * L * C + c
     for s in range(L):
         t = L - 1 - s
-        kt = tl.load(k_ptr + offs + t * C, mask=mask, other=0.0)
-        vt = tl.load(v_ptr + offs + t * C, mask=mask, other=0.0)
+        kt = tl.load(k_ptr + offs + t * C, mask=mask, other=0.0).to(tl.float32)
+        vt = tl.load(v_ptr + offs + t * C, mask=mask, other=0.0).to(tl.float32)
         yt = tl.load(y_ptr + offs + t * C, mask=mask, other=0.0)
         ld = tl.load(logd_ptr + offs + t * C, mask=mask, other=0.0)
-        gyt = tl.load(gy_ptr + offs + t * C, mask=mask, other=0.0)
+        gyt = tl.load(gy_ptr + offs + t * C, mask=mask, other=0.0).to(tl.float32)
         f = tl.exp(kt + m)  # <= 1: k_t's weight in any later denominator is at most that denominator
         gk = f * (vt * x1 - x2)
         gv = f * x1
@@ -72,8 +76,8 @@ def _wkv4_bwd_kernel(w_ptr, u_ptr, k_ptr, v_ptr, y_ptr, logd_ptr, gy_ptr, gk_ptr
         gk += d * (vt - yt)
         gv += d
         gu += d * (vt - yt)
-        tl.store(gk_ptr + offs + t * C, gk, mask=mask)
-        tl.store(gv_ptr + offs + t * C, gv, mask=mask)
+        tl.store(gk_ptr + offs + t * C, gk.to(gk_ptr.dtype.element_ty), mask=mask)
+        tl.store(gv_ptr + offs + t * C, gv.to(gv_ptr.dtype.element_ty), mask=mask)
         m_new = tl.maximum(m - w, -ld)
         a = tl.exp(m - w - m_new)
         e = tl.exp(-ld - m_new)
@@ -91,11 +95,15 @@ def _grid(B: int, C: int, block: int):
 
 
 class WKV4Function(torch.autograd.Function):
+    """WKV forward and backward; k, v (and the output gradient) contiguous in any float dtype, w, u float32."""
+
     @staticmethod
     def forward(ctx, w, u, k, v):
         B, L, C = k.shape
-        w, u, k, v = (t.float().contiguous() for t in (w, u, k, v))
-        y, logd = torch.empty_like(k), torch.empty_like(k)
+        w, u = w.float().contiguous(), u.float().contiguous()
+        k, v = k.contiguous(), v.contiguous()
+        y = torch.empty(B, L, C, dtype=torch.float32, device=k.device)
+        logd = torch.empty_like(y)
         block = min(triton.next_power_of_2(C), 64)
         _wkv4_fwd_kernel[_grid(B, C, block)](w, u, k, v, y, logd, L, C, BLOCK_C=block)
         ctx.save_for_backward(w, u, k, v, y, logd)
@@ -106,13 +114,14 @@ class WKV4Function(torch.autograd.Function):
     def backward(ctx, gy):
         w, u, k, v, y, logd = ctx.saved_tensors
         B, L, C = k.shape
-        gk, gv = torch.empty_like(k), torch.empty_like(k)
-        gw, gu = k.new_empty(B, C), k.new_empty(B, C)
-        _wkv4_bwd_kernel[_grid(B, C, ctx.block)](w, u, k, v, y, logd, gy.float().contiguous(), gk, gv, gw, gu,
+        gk, gv = torch.empty_like(k), torch.empty_like(v)
+        gw, gu = y.new_empty(B, C), y.new_empty(B, C)
+        _wkv4_bwd_kernel[_grid(B, C, ctx.block)](w, u, k, v, y, logd, gy.contiguous(), gk, gv, gw, gu,
                                                  L, C, BLOCK_C=ctx.block)
         return gw.sum(0), gu.sum(0), gk, gv
 
 
 def wkv4(w: torch.Tensor, u: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """Triton WKV with ``wkv4_naive``'s signature: w, u: (C,); k, v: (B, L, C) -> float32 y: (B, L, C)."""
+    """Triton WKV with ``wkv4_naive``'s signature: w, u: (C,); k, v: (B, L, C) -> float32 y: (B, L, C); the
+    gradients of k and v come in their dtypes."""
     return WKV4Function.apply(w, u, k, v)

@@ -18,6 +18,7 @@ from zoo.kernels.retention import retention
 from zoo.kernels.rwkv7 import rwkv7
 from zoo.kernels.selective_scan import selective_scan
 from zoo.kernels.ssd import ssd
+from zoo.kernels.token_shift import token_shift_mix
 from zoo.kernels.wkv4 import wkv4
 
 B, T, H, K = 2, 8, 2, 4
@@ -57,6 +58,8 @@ ENTRIES = {
                  lambda: (rand(B, T, H, 8), rand(8), rand(B, T, H, 8)), "rms_norm", "naive", ["triton"]),
     "embedding": (embedding, lambda: (torch.randint(0, 7, (B, T)), rand(7, 5)), "embedding", "naive", ["triton"]),
     "linear": (linear, lambda: (rand(B, T, 6), rand(5, 6), rand(5)), "linear", "naive", ["triton"]),
+    "token_shift_mix": (lambda x, m, backend: torch.stack(token_shift_mix(x, m, backend=backend)),
+                        lambda: (rand(B, T, 6), torch.rand(3, 6)), "token_shift_mix", "naive", ["triton"]),
     "cross_entropy": (cross_entropy, lambda: (rand(B * T, 11), torch.randint(0, 11, (B * T,))), "cross_entropy",
                       "naive", ["triton"]),
 }

@@ -57,3 +57,19 @@ def test_triton_matches_naive_on_gpu(shape):
     gy = torch.randn(shape, device="cuda")
     for got, want in zip(grads(wkv4, args, gy), grads(wkv4_naive, args, gy)):
         torch.testing.assert_close(got, want, rtol=1e-3, atol=1e-3)
+
+
+def test_triton_reads_bf16_keys_and_values_and_gives_bf16_gradients():
+    """As under autocast: bf16 k, v from the projections, float32 w, u; y stays float32. The reference runs in float32
+    on the same values. The interpreter truncates float32 to bf16 instead of rounding it: within one bf16 step."""
+    w, u, k, v = inputs(2, 9, 5, torch.float32, k_scale=3.0)
+    k16, v16 = (t.detach().bfloat16().requires_grad_() for t in (k, v))
+    k32, v32 = (t.detach().float().requires_grad_() for t in (k16, v16))
+    gy = torch.randn(2, 9, 5)
+    got = grads(wkv4, [w, u, k16, v16], gy)
+    want = grads(wkv4_naive, [w, u, k32, v32], gy)
+    assert [t.dtype for t in got] == [torch.float32] * 3 + [torch.bfloat16] * 2
+    for g, ref in zip(got[:3], want[:3]):
+        torch.testing.assert_close(g, ref, rtol=1e-4, atol=1e-5)
+    for g, ref in zip(got[3:], want[3:]):
+        torch.testing.assert_close(g.float(), ref, rtol=2 ** -7, atol=1e-5)

@@ -1,19 +1,19 @@
 """RWKV-4 time mixing (Peng et al. 2023), the RWKV baseline of Zoology and the GatedFWA paper.
 
-Token shift mixes each token with the previous one, then ``k, v, r`` projections, the WKV operator
-(``kernels/wkv4``: a per-channel decayed, normalized average of past values with a bonus ``u`` for
-the current token), the receptance gate ``sigmoid(r)`` and the ``output`` projection. ``zoo.kernels.wkv4``:
-our Triton WKV on GPU, the PyTorch recurrence on CPU. Definition and initialisation follow Zoology's ``RWKVTimeMixer``
-(RWKV-LM's v4 time mixing).
+Token shift mixes each token with the previous one (``zoo.kernels.token_shift``: one Triton kernel each way on GPU,
+``F.pad`` and ``torch.addcmul`` on CPU), then ``k, v, r`` projections, the WKV operator (``kernels/wkv4``: a
+per-channel decayed, normalized average of past values with a bonus ``u`` for the current token), the receptance
+gate ``sigmoid(r)`` and the ``output`` projection. ``zoo.kernels.wkv4``: our Triton WKV on GPU, the PyTorch
+recurrence on CPU. Definition and initialisation follow Zoology's ``RWKVTimeMixer`` (RWKV-LM's v4 time mixing).
 """
 from __future__ import annotations
 
 import math
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
+from zoo.kernels.token_shift import matmul_dtype, token_shift_mix
 from zoo.kernels.wkv4 import wkv4
 from zoo.mixers.registry import register_mixer
 
@@ -53,10 +53,10 @@ class RWKV4(nn.Module):
         self.d_model = D
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        prev = F.pad(x, (0, 0, 1, -1))  # token shift: x_{t-1}, zeros at t=0
-        xk = torch.lerp(prev, x, self.time_mix_k.to(x.dtype))
-        xv = torch.lerp(prev, x, self.time_mix_v.to(x.dtype))
-        xr = torch.lerp(prev, x, self.time_mix_r.to(x.dtype))
+        # token shift: RWKV-LM's lerp(x_{t-1}, x, mu) = x + (x_{t-1} - x) (1 - mu), x_{t-1} = 0 at t = 0; the three
+        # mixes in one pass each way, made in the dtype their projections read under autocast
+        mixes = 1 - torch.stack([self.time_mix_k, self.time_mix_v, self.time_mix_r])
+        xk, xv, xr = token_shift_mix(x, mixes, out_dtype=matmul_dtype(x))
         y = wkv4(torch.exp(self.time_decay.float()), self.time_first.float(), self.key(xk), self.value(xv))
         return self.output(torch.sigmoid(self.receptance(xr)) * y.to(x.dtype))
 

@@ -7,7 +7,8 @@ Per head, with state S: (K, V) and per-step log decay w_t < 0::
 
 Layer 0's values ``v_first`` travel to later layers through the model's ``layer_state`` dict and are
 mixed into their values. The recurrence is ``zoo.kernels.rwkv7.rwkv7``: fla's ``chunk_rwkv7`` on GPU (zoo's Triton
-fused recurrence where fla's chunks are unreliable), the PyTorch recurrence on CPU.
+fused recurrence where fla's chunks are unreliable), the PyTorch recurrence on CPU. The six token-shift mixes of the
+input (x + (x_{t-1} - x) * x_*) are ``zoo.kernels.token_shift.token_shift_mix``: one Triton kernel each way on GPU.
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from torch import nn
 
 from zoo.kernels.layer_norm import layer_norm
 from zoo.kernels.rwkv7 import rwkv7
+from zoo.kernels.token_shift import matmul_dtype, token_shift_mix
 from zoo.errors import ConfigError
 from zoo.mixers.registry import register_mixer
 
@@ -123,10 +125,10 @@ class RWKV7(nn.Module):
     def forward(self, x: torch.Tensor, layer_state: dict | None = None) -> torch.Tensor:
         Bt, L, D = x.shape
         H, K = self.n_heads, self.head_dim
-        # the six token-shift mixes x + (x_{t-1} - x) * x_* as one broadcast op: on GPU its backward is three
-        # reductions where six separate mixes made about thirty small kernels
-        mixes = torch.stack([self.x_r, self.x_w, self.x_k, self.x_v, self.x_a, self.x_g]).to(x.dtype)
-        xr, xw, xk, xv, xa, xg = torch.addcmul(x, F.pad(x, (0, 0, 1, -1)) - x, mixes[:, None, None]).unbind(0)
+        # the six token-shift mixes x + (x_{t-1} - x) * x_* in one pass each way (on GPU), made in the dtype the
+        # projections and LoRAs they feed read under autocast
+        mixes = torch.stack([self.x_r, self.x_w, self.x_k, self.x_v, self.x_a, self.x_g])
+        xr, xw, xk, xv, xa, xg = token_shift_mix(x, mixes, out_dtype=matmul_dtype(x))
         r, k, v = self.r_proj(xr), self.k_proj(xk), self.v_proj(xv)
         w = -W_SCALE * torch.sigmoid(self.w_lora(xw).float())
         if self.layer_idx == 0 or self.v_lora is None:

@@ -1,0 +1,165 @@
+"""Triton token-shift mix on the [B, T, D] layout: one forward and one backward kernel for all G mixes.
+
+Each program owns a [BLOCK_T, BLOCK_D] tile of one sequence and reads x at its times t and, for x_prev, at t - 1:
+the two tiles overlap in all but one row, so the second read mostly hits the cache, and nothing is padded or copied.
+x may have any batch and time strides (a chunk of a wider tensor is read where it lies; a last dim that is not
+contiguous is copied first). The mixes' outputs and x's gradient are contiguous. Math in float32 throughout.
+
+Forward: out_g[t] = x[t] + (x[t - 1] - x[t]) m_g, each output rounded once to its dtype (``out_dtype``, so an
+output that feeds a bf16 matmul under autocast is not written in float32 and cast again).
+
+Backward, with dy_g the gradient of out_g: x[t] feeds out_g[t] with weight 1 - m_g and, as x_prev, out_g[t + 1]
+with weight m_g, so dx[t] = sum_g dy_g[t] + (dy_g[t + 1] - dy_g[t]) m_g (the t + 1 tile again mostly cache hits).
+dm_g = sum_{b, t} dy_g[t] (x[t - 1] - x[t]): each program writes its tile's sums to its own row of a float32
+partial [B * time tiles, G, D] and one ``torch.sum`` over the rows finishes them. No atomics, so the gradients are
+the same bits on every run; all shapes follow from the inputs' (no host sync), so a CUDA graph can capture both.
+A mix whose output gets no gradient (autograd's None) adds nothing and its dm_g is 0.
+
+Triton kernels take a fixed list of pointers, so the G outputs (and G output gradients) travel in ``MAX_MIXES``
+pointer slots, the unused ones None (each slot's code is then compiled out).
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from zoo.kernels.layout import last_dim_contiguous, time_tile
+
+MAX_MIXES = 6  # pointer slots: RWKV-7's six mixes
+# Default tile: 64 channels are one 128-byte row of bf16 (a cache line); 64 times keep the row read twice at a
+# tile's border under 2% and the backward's partial sums at G / 64 rows per row of x. 8 warps: 16 values per thread
+# and tile, so the backward's few live tiles (x's difference, dx, dy at t and t + 1) fit in registers.
+BLOCK_T, BLOCK_D, NUM_WARPS = 64, 64, 8
+
+
+@triton.jit
+def _mix(MIX, g, d, d_ok, D):
+    """mixes[g] over the tile's channels, float32 [1, BLOCK_D] (mixes contiguous [G, D])."""
+    return tl.load(MIX + g * D + d, mask=d_ok, other=0.0).to(tl.float32)[None, :]
+
+
+@triton.jit
+def _store_mix(Y, g, MIX, x, diff, d, d_ok, D, offs, ok):
+    """Y[offs] = x + diff * mixes[g] in Y's dtype; nothing for an unused slot."""
+    if Y is not None:
+        tl.store(Y + offs, (x + diff * _mix(MIX, g, d, d_ok, D)).to(Y.dtype.element_ty), mask=ok)
+
+
+@triton.jit
+def _add_mix_grad(DY, g, MIX, ROW, seq, diff, dx, t, d, d_ok, T, D):
+    """dx plus what x[t] gets through mix g, and the tile's sum of dy_g * diff stored at ROW[g]; dx alone for an
+    unused slot or a mix without a gradient. DY: that mix's output gradient, contiguous [B, T, D]."""
+    if DY is not None:
+        dy = time_tile(DY + seq, t, d, d_ok, T, D, 1)
+        dx += dy + (time_tile(DY + seq, t + 1, d, d_ok, T, D, 1) - dy) * _mix(MIX, g, d, d_ok, D)
+        tl.store(ROW + g * D + d, tl.sum(dy * diff, axis=0), mask=d_ok)
+    return dx
+
+
+@triton.jit
+def _forward_kernel(X, MIX, Y0, Y1, Y2, Y3, Y4, Y5, T, D, sx_b, sx_t,
+                    BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr):
+    # time tiles on axis 0: programs launched together share the row at their borders in the cache
+    t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
+    d = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
+    b = tl.program_id(2).to(tl.int64)
+    d_ok = d < D
+    X += b * sx_b
+    x = time_tile(X, t, d, d_ok, T, sx_t, 1)
+    diff = time_tile(X, t - 1, d, d_ok, T, sx_t, 1) - x  # x_prev - x, x_prev = 0 at t = 0
+    offs = b * T * D + t[:, None] * D + d[None, :]
+    ok = (t < T)[:, None] & d_ok[None, :]
+    _store_mix(Y0, 0, MIX, x, diff, d, d_ok, D, offs, ok)
+    _store_mix(Y1, 1, MIX, x, diff, d, d_ok, D, offs, ok)
+    _store_mix(Y2, 2, MIX, x, diff, d, d_ok, D, offs, ok)
+    _store_mix(Y3, 3, MIX, x, diff, d, d_ok, D, offs, ok)
+    _store_mix(Y4, 4, MIX, x, diff, d, d_ok, D, offs, ok)
+    _store_mix(Y5, 5, MIX, x, diff, d, d_ok, D, offs, ok)
+
+
+@triton.jit
+def _backward_kernel(X, MIX, DY0, DY1, DY2, DY3, DY4, DY5, DX, PARTIAL, T, D, sx_b, sx_t, s_row,
+                     BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr):
+    t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
+    d = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
+    b = tl.program_id(2).to(tl.int64)
+    d_ok = d < D
+    X += b * sx_b
+    diff = time_tile(X, t - 1, d, d_ok, T, sx_t, 1) - time_tile(X, t, d, d_ok, T, sx_t, 1)
+    seq = b * T * D  # the sequence's start in the contiguous gradients
+    row = PARTIAL + (b * tl.num_programs(0) + tl.program_id(0)) * s_row  # this tile's [G, D] of partial sums
+    dx = tl.zeros([BLOCK_T, BLOCK_D], dtype=tl.float32)
+    dx = _add_mix_grad(DY0, 0, MIX, row, seq, diff, dx, t, d, d_ok, T, D)
+    dx = _add_mix_grad(DY1, 1, MIX, row, seq, diff, dx, t, d, d_ok, T, D)
+    dx = _add_mix_grad(DY2, 2, MIX, row, seq, diff, dx, t, d, d_ok, T, D)
+    dx = _add_mix_grad(DY3, 3, MIX, row, seq, diff, dx, t, d, d_ok, T, D)
+    dx = _add_mix_grad(DY4, 4, MIX, row, seq, diff, dx, t, d, d_ok, T, D)
+    dx = _add_mix_grad(DY5, 5, MIX, row, seq, diff, dx, t, d, d_ok, T, D)
+    tl.store(DX + seq + t[:, None] * D + d[None, :], dx.to(DX.dtype.element_ty),
+             mask=(t < T)[:, None] & d_ok[None, :])
+
+
+def _slots(tensors) -> tuple:
+    """``tensors`` padded with None to the kernels' ``MAX_MIXES`` pointer slots."""
+    return *tensors, *(None,) * (MAX_MIXES - len(tensors))
+
+
+def _grid(x: torch.Tensor, block_t: int, block_d: int) -> tuple[int, int, int]:
+    B, T, D = x.shape
+    return triton.cdiv(T, block_t), triton.cdiv(D, block_d), B
+
+
+def token_shift_forward(x, mixes, out_dtype: torch.dtype, block_t: int, block_d: int) -> tuple[torch.Tensor, ...]:
+    """x [B, T, D] (unit last stride); mixes [G, D], contiguous -> G outputs [B, T, D], contiguous, in
+    ``out_dtype``."""
+    ys = tuple(torch.empty(x.shape, dtype=out_dtype, device=x.device) for _ in range(mixes.shape[0]))
+    _forward_kernel[_grid(x, block_t, block_d)](
+        x, mixes, *_slots(ys), x.shape[1], x.shape[2], x.stride(0), x.stride(1), BLOCK_T=block_t, BLOCK_D=block_d,
+        num_warps=NUM_WARPS)
+    return ys
+
+
+def token_shift_backward(dys, x, mixes, block_t: int, block_d: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(dx [B, T, D] in x's dtype, dmixes [G, D] in mixes' dtype) for the outputs' gradients ``dys`` (G, each
+    [B, T, D] with any strides, or None)."""
+    dys = [None if dy is None else dy.contiguous() for dy in dys]
+    grid = _grid(x, block_t, block_d)
+    dx = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    # a mix without a gradient writes no partial sums: its rows must start at zero
+    new = torch.zeros if any(dy is None for dy in dys) else torch.empty
+    partial = new(grid[0] * grid[2], *mixes.shape, dtype=torch.float32, device=x.device)
+    _backward_kernel[grid](
+        x, mixes, *_slots(dys), dx, partial, x.shape[1], x.shape[2], x.stride(0), x.stride(1), partial.stride(0),
+        BLOCK_T=block_t, BLOCK_D=block_d, num_warps=NUM_WARPS)
+    return dx, partial.sum(0).to(mixes.dtype)
+
+
+class TokenShiftMixFunction(torch.autograd.Function):
+    """:func:`token_shift_forward`, saving only its inputs; :func:`token_shift_backward` with the G output
+    gradients as autograd hands them over (None for an output without one: nothing is materialized)."""
+
+    @staticmethod
+    def forward(ctx, x, mixes, out_dtype, block_t, block_d):
+        ctx.set_materialize_grads(False)
+        ctx.save_for_backward(x, mixes)
+        ctx.blocks = block_t, block_d
+        return token_shift_forward(x, mixes, out_dtype, block_t, block_d)
+
+    @staticmethod
+    def backward(ctx, *dys):
+        return *token_shift_backward(dys, *ctx.saved_tensors, *ctx.blocks), None, None, None
+
+
+def token_shift_mix(x: torch.Tensor, mixes: torch.Tensor, out_dtype: torch.dtype | None = None,
+                    block_t: int = BLOCK_T, block_d: int = BLOCK_D) -> tuple[torch.Tensor, ...]:
+    """``token_shift_mix_naive``'s signature: x [B, T, D]; mixes [G, D], G <= ``MAX_MIXES`` -> G tensors
+    [B, T, D] in ``out_dtype`` (None: x's dtype).
+
+    ``block_t`` / ``block_d``: times / channels per tile, powers of two (tests make them small so that tiles and
+    their borders fall inside tiny inputs)."""
+    if not 1 <= mixes.shape[0] <= MAX_MIXES:
+        raise ValueError(f"token_shift_mix: mixes {tuple(mixes.shape)} are not valid for the Triton kernels: "
+                         f"expected 1 to {MAX_MIXES} mixes")
+    return TokenShiftMixFunction.apply(last_dim_contiguous(x), mixes.contiguous(),
+                                       x.dtype if out_dtype is None else out_dtype, block_t, block_d)
