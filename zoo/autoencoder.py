@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 from zoo.kernels.layer_norm import LayerNorm
-from zoo.model import LanguageModel
+from zoo.model import LanguageModel, pick
 
 
 def sinusoids(num_positions: int, dim: int) -> torch.Tensor:
@@ -76,9 +76,11 @@ class AutoEncoder(nn.Module):
         """(B, D) pooled vectors -> (B, length, D) hidden states of positions 0 .. length-1."""
         return self.decoder(pooled[:, None] + self.positions[:length])
 
-    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
-        """(B, T) token ids -> (B, T, D) decoder hidden states (apply ``logits`` where needed)."""
-        return self.decode(self.encode(input_ids), input_ids.shape[1])
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+        """(B, T) token ids -> (B, T, D) decoder hidden states, or with ``positions`` (B, K) those positions' alone
+        (apply ``logits`` where needed)."""
+        hidden = self.decode(self.encode(input_ids), input_ids.shape[1])
+        return hidden if positions is None else pick(hidden, positions)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """(..., D) decoder hidden states -> (..., V) logits."""

@@ -34,6 +34,11 @@ class MLP(nn.Module):
 STATE_MIXERS = {"identity": lambda d_model: nn.Identity(), "mlp": MLP}
 
 
+def pick(hidden: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """hidden (B, L, D) at ``positions`` (B, K) -> (B, K, D)."""
+    return hidden.gather(1, positions.unsqueeze(-1).expand(-1, -1, hidden.shape[-1]))
+
+
 class Block(nn.Module):
     """x + mixer(norm1(x)), then x + state_mixer(norm2(x)). (B, L, D) -> (B, L, D).
 
@@ -45,9 +50,10 @@ class Block(nn.Module):
 
     def __init__(self, d_model: int, mixer: nn.Module, state_mixer: str):
         super().__init__()
-        self.norm1 = LayerNorm(d_model)
+        # a norm whose output feeds one matmul alone writes it in autocast's dtype (LayerNorm's to_matmul)
+        self.norm1 = LayerNorm(d_model, to_matmul=getattr(mixer, "input_feeds_one_matmul", False))
         self.mixer = mixer
-        self.norm2 = LayerNorm(d_model)
+        self.norm2 = LayerNorm(d_model, to_matmul=True)  # read by the MLP's fc1 alone
         self.state_mixer = STATE_MIXERS[state_mixer](d_model)
         self.passes_layer_state = getattr(mixer, "uses_layer_state", False)
 
@@ -164,7 +170,7 @@ class LanguageModel(nn.Module):
                                **{k: v for k, v in options.items() if k in takes[i]}, **kwargs), state_mixer)
             for i, (cls, (_, kwargs)) in enumerate(zip(classes, specs))
         )
-        self.norm = LayerNorm(d_model)
+        self.norm = LayerNorm(d_model, to_matmul=True)  # read by the tied head alone
         self.max_seq_len = max_seq_len
         if init == "zoology":
             zoology_init(self, n_layers, mamba_block=any("Mamba" in c.__name__ for c in classes))
@@ -183,8 +189,10 @@ class LanguageModel(nn.Module):
                 nn.init.normal_(block.state_mixer.fc1.weight, std=0.02)
                 nn.init.normal_(block.state_mixer.fc2.weight, std=0.02 / math.sqrt(2 * n_layers))
 
-    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
-        """(B, L) token ids -> (B, L, D) final hidden states (apply ``logits`` where needed)."""
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+        """(B, L) token ids -> (B, L, D) final hidden states, or with ``positions`` (B, K) those positions' alone,
+        (B, K, D) (apply ``logits`` where needed). The final norm works row by row, so it runs on the K picked rows
+        only: a task with few labelled positions (MQAR's K = L / 16 at N=256) skips it for the others."""
         L = input_ids.shape[1]
         if L > self.max_seq_len:
             raise ValueError(f"sequence length {L} exceeds max_seq_len={self.max_seq_len}")
@@ -195,6 +203,8 @@ class LanguageModel(nn.Module):
         update = None  # each block's output, added to x by the norm after it
         for block in self.blocks:
             x, update = block(x, update, layer_state)
+        if positions is not None:
+            x, update = (None if t is None else pick(t, positions) for t in (x, update))
         return self.norm(x) if update is None else self.norm.after_add(x, update)[1]
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:

@@ -47,11 +47,12 @@ class Member:
     optimizer: torch.optim.Optimizer
     rng_state: torch.Tensor | None = None  # the member's own CPU/CUDA random stream (dropout), eager steps
 
-    def hidden(self, inputs: torch.Tensor) -> torch.Tensor:
-        """(B, N) -> (B, N, D) through ``forward``. A compiled forward compiles on its first call (of each
-        shape and mode); if that fails, the member says so once and runs its model uncompiled from then on."""
+    def hidden(self, inputs: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """(B, N) -> (B, K, D) at ``positions`` (B, K) through ``forward``. A compiled forward compiles on its first
+        call (of each shape and mode); if that fails, the member says so once and runs its model uncompiled from
+        then on."""
         try:
-            return self.forward(inputs)
+            return self.forward(inputs, positions)
         except Exception as err:  # noqa: BLE001 - torch.compile raises many kinds; the eager call re-raises real errors
             if self.forward is self.model:
                 raise
@@ -59,13 +60,11 @@ class Member:
             print(f"zoo: torch.compile failed for this model, running it uncompiled ({type(err).__name__}: "
                   f"{lines[0]}{' ... ' + lines[-1] if len(lines) > 1 else ''})", flush=True)
             self.forward = self.model
-            return self.model(inputs)
+            return self.model(inputs, positions)
 
     def labelled_logits(self, inputs: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """Logits (B, K, V) at the labelled ``positions`` (B, K) only, in the head's dtype (bf16 under autocast)."""
-        hidden = self.hidden(inputs)
-        picked = hidden.gather(1, positions.unsqueeze(-1).expand(-1, -1, hidden.shape[-1]))
-        return self.model.logits(picked)
+        return self.model.logits(self.hidden(inputs, positions))
 
 
 class TrainStep:

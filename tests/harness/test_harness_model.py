@@ -1,6 +1,7 @@
 """The language model's residual stream: each block's residual add is left to the norm after it
 (``LayerNorm.after_add``); the model computes the same numbers as adding first and normalizing after, outputs and
-every parameter's gradient, on the reference norms and on the Triton ones (interpreted on CPU)."""
+every parameter's gradient, on the reference norms and on the Triton ones (interpreted on CPU). Norms that feed one
+matmul write autocast's dtype, and the final norm runs on the labelled rows alone: the same numbers again."""
 import copy
 
 import pytest
@@ -9,7 +10,8 @@ from torch import nn
 
 import zoo.kernels.layer_norm as layer_norm_op
 from zoo.kernels import backend
-from zoo.model import LanguageModel
+from zoo.kernels.layer_norm import LayerNorm
+from zoo.model import LanguageModel, pick
 
 
 def unfused_forward(model: LanguageModel, ids: torch.Tensor) -> torch.Tensor:
@@ -48,4 +50,47 @@ def test_fused_residual_adds_give_the_unfused_numbers(monkeypatch, mixer, state_
     apart = output_and_grads(model, unfused_forward, ids, bf16, norms)
     assert len(fused) == len(apart) > 1
     for a, b in zip(fused, apart):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def torch_norm(norm: LayerNorm) -> nn.LayerNorm:
+    """PyTorch's LayerNorm with ``norm``'s parameters."""
+    plain = nn.LayerNorm(norm.normalized_shape, eps=norm.eps)
+    plain.load_state_dict(norm.state_dict())
+    return plain
+
+
+def logits_and_grads(model, forward, ids, positions, bf16):
+    """The head's logits at ``positions`` from ``forward(model, ids, positions)`` and every parameter's gradient."""
+    model = copy.deepcopy(model)
+    torch.manual_seed(1)
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        logits = model.logits(forward(model, ids, positions))
+    logits.float().square().sum().backward()
+    return [logits] + [p.grad for p in model.parameters() if p.grad is not None]
+
+
+@pytest.mark.parametrize("mixer, state_mixer", [("softmax", "mlp"), ("hyena", "identity"), ("mamba", "identity"),
+                                                ("gatedfwa", "identity")])
+@pytest.mark.parametrize("bf16", [False, True])
+def test_norms_write_what_their_matmul_reads_and_the_final_norm_only_labelled_rows(mixer, state_mixer, bf16):
+    """Bit for bit against the plain model (every norm float32 under autocast, the final norm on every row, then the
+    labelled rows picked). Under bf16 autocast a norm that feeds one matmul writes bf16: the cast the matmul made."""
+    torch.manual_seed(0)
+    model = LanguageModel(40, 32, n_layers=2, mixer=mixer, max_seq_len=16, state_mixer=state_mixer)
+    assert model.norm.to_matmul and model.blocks[0].norm2.to_matmul
+    assert model.blocks[0].norm1.to_matmul == (mixer != "gatedfwa")  # GatedFWA's gates read the norm's output too
+    plain = copy.deepcopy(model)  # PyTorch's norms, each residual add apart, every row normalized
+    for parent in [plain, *plain.blocks]:
+        for name, norm in list(parent.named_children()):
+            if isinstance(norm, LayerNorm):
+                setattr(parent, name, torch_norm(norm))
+    ids, positions = torch.randint(0, 40, (2, 16)), torch.tensor([[3, 7, 15], [0, 8, 9]])
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        hidden = model(ids, positions)
+    assert hidden.shape == (2, 3, 32) and hidden.dtype == (torch.bfloat16 if bf16 else torch.float32)
+    got = logits_and_grads(model, lambda m, i, p: m(i, p), ids, positions, bf16)
+    want = logits_and_grads(plain, lambda m, i, p: pick(unfused_forward(m, i), p), ids, positions, bf16)
+    assert len(got) == len(want) > 1
+    for a, b in zip(got, want):
         torch.testing.assert_close(a, b, rtol=0, atol=0)

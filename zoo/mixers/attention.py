@@ -30,6 +30,7 @@ class MultiHeadMixer(nn.Module):
     """
 
     default_positions = "learned"  # Zoology's attention baseline uses learned absolute positions
+    input_feeds_one_matmul = True  # x reaches the qkv projection alone (a subclass whose attend reads x says False)
 
     def __init__(self, d_model: int, layer_idx: int = 0, max_seq_len: int = 2048, num_heads: int = 2,
                  bias: bool = True, positions: str = "learned"):

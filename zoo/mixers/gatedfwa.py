@@ -87,6 +87,8 @@ class GatedFWA(SlidingWindowAttention):
         qk_gain_init: starting value of the QK-norm gains (qk_norm="gain"); 1 as published.
     """
 
+    input_feeds_one_matmul = False  # attend reads x too (gate, output gate): its gradients must add in float32
+
     def __init__(self, d_model: int, layer_idx: int = 0, max_seq_len: int = 2048, num_heads: int = 2,
                  bias: bool = False, positions: str = "learned", window: int | None = None,
                  variant: str = "paper", qk_norm: str | None = None, output_gate: bool | None = None,

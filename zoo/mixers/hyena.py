@@ -89,6 +89,8 @@ class Hyena(nn.Module):
         num_inner_mlps: hidden layers of that MLP (2).
     """
 
+    input_feeds_one_matmul = True  # x reaches in_proj alone: the norm before it may write autocast's dtype
+
     def __init__(self, d_model: int, layer_idx: int = 0, max_seq_len: int = 2048, short_filter_order: int = 3,
                  filter_order: int = 64, emb_dim: int = 3, num_inner_mlps: int = 2):
         super().__init__()

@@ -34,6 +34,8 @@ class Mamba(nn.Module):
         dt_rank: rank of the dt projection ("auto": ceil(D / 16)).
     """
 
+    input_feeds_one_matmul = True  # u reaches in_proj alone: the norm before it may write autocast's dtype
+
     def __init__(self, d_model: int, layer_idx: int = 0, max_seq_len: int = 2048, d_state: int = 16,
                  expand: int = 2, d_conv: int = 4, dt_rank: int | str = "auto", dt_min: float = 1e-3,
                  dt_max: float = 0.1):

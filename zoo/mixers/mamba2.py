@@ -51,6 +51,8 @@ class Mamba2(nn.Module):
         d_conv: causal conv length on (x, B, C) (4).
     """
 
+    input_feeds_one_matmul = True  # u reaches in_proj alone: the norm before it may write autocast's dtype
+
     def __init__(self, d_model: int, layer_idx: int = 0, max_seq_len: int = 2048, d_state: int = 128,
                  expand: int = 2, headdim: int = 64, d_conv: int = 4, dt_min: float = 1e-3, dt_max: float = 0.1):
         super().__init__()
