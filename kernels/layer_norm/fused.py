@@ -19,7 +19,10 @@ the next norm reads the sum. Fused, the forward reads x and r once and writes s 
 dtype) and norm(s); the backward adds the gradient that reaches s from its later uses to the norm's own and
 writes it for x and, in r's dtype, for r. Apart, that is an add, a norm reading s again, autograd's sum of the
 two gradients and its cast to r's dtype: per block at MQAR's figure-2 cell, about 130 MB of the (65536, 128)
-float32 stream and three launches fewer (an estimate by bytes, not yet measured on a GPU).
+float32 stream and three launches fewer. Measured with two other changes of 455c545 (gradients set to None in CUDA
+graphs, the backward's per-element weight and bias sums; H100, softmax's CUDA-graph step at that cell): the step
+went from 2.05 to 1.89 ms, and in an epoch's profile the elementwise kernels and reductions from 0.228 to 0.183 s
+while the norm kernels stayed at 0.10 s.
 """
 from __future__ import annotations
 

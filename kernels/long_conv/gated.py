@@ -160,7 +160,8 @@ def _store_complex(P, offs, ok, re, im):
 # The spectral kernels: a program owns a block of BLOCK_N pairs and walks BLOCK_B sequences one after another, so
 # every load is a contiguous run of BLOCK_N pairs, the filter's block is loaded once, and the batch sum of the filter
 # gradient stays in each thread's registers. (A [BLOCK_B, BLOCK_N] tile per program, summed over its rows with
-# tl.sum, took 0.38 ms per call of the backward's kernel at B=256, L=256, D=128 on an H100, about 5x its bytes.)
+# tl.sum, took 0.38 ms per call of the backward's kernel at B=256, L=256, D=128 on an H100, about 5x its bytes;
+# this one 0.074 ms, and the forward's 0.087 -> 0.047 ms: an epoch's profile of Hyena's step, 69587b2.)
 @triton.jit
 def _filter_kernel(UF, HF, YF, B, N, BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr):
     """YF[b] = UF[b] * HF on [B, N] spectra, HF [N] shared by the batch."""

@@ -8,7 +8,9 @@ the mixes' gradients, and casts between float32 and bf16 around each. Profiling 
 an H100 (B=256, T=256, D=128, bf16 autocast) put 1.16 s of its 1.82 s of GPU time per epoch in PyTorch's
 elementwise kernels and reductions, these above all (with the float32 copies around the WKV kernel, now gone too).
 ``fused.py`` is one Triton kernel forward and one backward (plus one small sum of per-tile partials), float32 math,
-deterministic, capturable in a CUDA graph; not yet timed on a GPU.
+deterministic, capturable in a CUDA graph. With it and the WKV kernel reading bf16 k and v (69587b2, H100, that
+cell), RWKV-4's CUDA-graph step went from 4.77 to 2.45 ms, and the epoch's elementwise kernels and reductions from
+1.16 to 0.24 s. Its tiles (64 x 64, 8 warps) are a first choice, not tuned.
 
 ``token_shift_mix(x, mixes, out_dtype=None, backend="auto")``: ``"triton"`` (``fused.py``, up to
 ``fused.MAX_MIXES`` mixes), ``"naive"`` (``naive.py``: ``F.pad`` and ``torch.addcmul``) or ``"auto"`` (Triton for
