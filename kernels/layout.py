@@ -24,6 +24,16 @@ def resident_programs(device: torch.device) -> int:
 
 
 @triton.jit
+def sequence_tile(BLOCK_T: tl.constexpr, BLOCK_C: tl.constexpr):
+    """(times t [BLOCK_T], channels c [BLOCK_C], sequence b as int64) of a program on a (time tiles, channel tiles,
+    sequences) grid: time tiles on axis 0, so programs launched together share the rows at their borders in the
+    cache."""
+    t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
+    c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    return t, c, tl.program_id(2).to(tl.int64)
+
+
+@triton.jit
 def time_tile(P, t, c, c_ok, T, s_t, s_c):
     """P[t, c] of one sequence with any strides, float32 [BLOCK_T, BLOCK_C]: zero at times outside [0, T) (a causal
     filter's padding before t = 0, a tile's part past the end) and where ``c_ok`` is False."""

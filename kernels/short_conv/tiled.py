@@ -25,7 +25,7 @@ import torch
 import triton
 import triton.language as tl
 
-from zoo.kernels.layout import time_tile
+from zoo.kernels.layout import sequence_tile, time_tile
 
 # Default tile. 64 channels are one 128-byte row of bf16 (a cache line) and divide the channel counts of the main
 # shapes (192 to 1536), so no lane idles; 64 times keep the K - 1 rows read again at a tile's border under 11% and
@@ -54,9 +54,7 @@ def _pre_activation(X, W, BIAS, t, c, c_ok, T, sx_t, sx_c, sw_c, sw_k, K: tl.con
 def _silu_grad_kernel(X, W, BIAS, DY, G, T, C, sx_b, sx_t, sx_c, sd_b, sd_t, sd_c, sw_c, sw_k, K: tl.constexpr,
                       BLOCK_T: tl.constexpr, BLOCK_C: tl.constexpr):
     """G [B, T, C] float32 <- dL/dpre = dy * silu'(pre), pre recomputed from x."""
-    t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
-    c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
-    b = tl.program_id(2).to(tl.int64)
+    t, c, b = sequence_tile(BLOCK_T, BLOCK_C)
     c_ok = c < C
     pre = _pre_activation(X + b * sx_b, W, BIAS, t, c, c_ok, T, sx_t, sx_c, sw_c, sw_k, K)
     s = tl.sigmoid(pre)
@@ -67,10 +65,7 @@ def _silu_grad_kernel(X, W, BIAS, DY, G, T, C, sx_b, sx_t, sx_c, sd_b, sd_t, sd_
 @triton.jit
 def _forward_kernel(X, W, BIAS, Y, T, C, sx_b, sx_t, sx_c, sw_c, sw_k, K: tl.constexpr, SILU: tl.constexpr,
                     BLOCK_T: tl.constexpr, BLOCK_C: tl.constexpr):
-    # time tiles on axis 0: programs launched together share the K - 1 rows at their borders in the cache
-    t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
-    c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
-    b = tl.program_id(2).to(tl.int64)
+    t, c, b = sequence_tile(BLOCK_T, BLOCK_C)
     c_ok = c < C
     y = _pre_activation(X + b * sx_b, W, BIAS, t, c, c_ok, T, sx_t, sx_c, sw_c, sw_k, K)
     if SILU:
@@ -83,9 +78,7 @@ def _forward_kernel(X, W, BIAS, Y, T, C, sx_b, sx_t, sx_c, sw_c, sw_k, K: tl.con
 def _backward_kernel(X, W, G, DX, PARTIAL, T, C, sx_b, sx_t, sx_c, sg_b, sg_t, sg_c, sw_c, sw_k, s_row,
                      K: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_C: tl.constexpr):
     """dx and this tile's row of the filter's (and bias's) partial sums from g = dL/dpre."""
-    t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
-    c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
-    b = tl.program_id(2).to(tl.int64)
+    t, c, b = sequence_tile(BLOCK_T, BLOCK_C)
     c_ok = c < C
     X += b * sx_b
     G += b * sg_b

@@ -24,7 +24,7 @@ import torch
 import triton
 import triton.language as tl
 
-from zoo.kernels.layout import last_dim_contiguous, time_tile
+from zoo.kernels.layout import last_dim_contiguous, sequence_tile, time_tile
 
 MAX_MIXES = 6  # pointer slots: RWKV-7's six mixes
 # Default tile: 64 channels are one 128-byte row of bf16 (a cache line); 64 times keep the row read twice at a
@@ -60,10 +60,7 @@ def _add_mix_grad(DY, g, MIX, ROW, seq, diff, dx, t, d, d_ok, T, D):
 @triton.jit
 def _forward_kernel(X, MIX, Y0, Y1, Y2, Y3, Y4, Y5, T, D, sx_b, sx_t,
                     BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr):
-    # time tiles on axis 0: programs launched together share the row at their borders in the cache
-    t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
-    d = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
-    b = tl.program_id(2).to(tl.int64)
+    t, d, b = sequence_tile(BLOCK_T, BLOCK_D)
     d_ok = d < D
     X += b * sx_b
     x = time_tile(X, t, d, d_ok, T, sx_t, 1)
@@ -81,9 +78,7 @@ def _forward_kernel(X, MIX, Y0, Y1, Y2, Y3, Y4, Y5, T, D, sx_b, sx_t,
 @triton.jit
 def _backward_kernel(X, MIX, DY0, DY1, DY2, DY3, DY4, DY5, DX, PARTIAL, T, D, sx_b, sx_t, s_row,
                      BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr):
-    t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
-    d = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
-    b = tl.program_id(2).to(tl.int64)
+    t, d, b = sequence_tile(BLOCK_T, BLOCK_D)
     d_ok = d < D
     X += b * sx_b
     diff = time_tile(X, t - 1, d, d_ok, T, sx_t, 1) - time_tile(X, t, d, d_ok, T, sx_t, 1)
