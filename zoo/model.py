@@ -204,7 +204,8 @@ class LanguageModel(nn.Module):
         for block in self.blocks:
             x, update = block(x, update, layer_state)
         if positions is not None:
-            x, update = (None if t is None else pick(t, positions) for t in (x, update))
+            x = pick(x, positions)
+            update = None if update is None else pick(update, positions)
         return self.norm(x) if update is None else self.norm.after_add(x, update)[1]
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import torch
 
+from zoo.kernels.autocast import matmul_dtype
 from zoo.kernels.backend import NAIVE, check_backend, named_or_gpu, record
 from zoo.kernels.layer_norm.naive import layer_norm_naive, rms_norm_naive
 
@@ -48,10 +49,10 @@ def _use_triton(op: str, backend: str, x: torch.Tensor) -> bool:
 def _autocast_out(x: torch.Tensor, default: torch.dtype, to_matmul: bool) -> torch.dtype:
     """y's dtype: ``default`` (x's) without autocast; under it float32, as ``F.layer_norm`` gives, or with
     ``to_matmul`` autocast's own dtype."""
-    kind = x.device.type
-    if not torch.is_autocast_enabled(kind):
+    autocast = matmul_dtype(x)
+    if autocast is None:
         return default
-    return torch.get_autocast_dtype(kind) if to_matmul else torch.float32
+    return autocast if to_matmul else torch.float32
 
 
 def layer_norm(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, eps: float = 1e-5,

@@ -22,6 +22,7 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
+from zoo.kernels.autocast import matmul_dtype
 from zoo.kernels.layout import resident_programs
 
 TILE = 4096  # values per program and loop step: 16 per thread with 8 warps
@@ -86,6 +87,4 @@ class _Linear(torch.autograd.Function):
 def linear_triton(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
     """x [..., K] @ weight [N, K]^T + bias [N] -> [..., N]; under autocast (on x's device type) the three are cast
     to its dtype first, as ``F.linear``'s are. The bias gradient is :func:`column_sum` of the output gradient."""
-    kind = x.device.type
-    dtype = torch.get_autocast_dtype(kind) if torch.is_autocast_enabled(kind) else None
-    return _Linear.apply(x, weight, bias, dtype)
+    return _Linear.apply(x, weight, bias, matmul_dtype(x))

@@ -48,6 +48,9 @@ STATE_BUDGET_BYTES = 4 * 2**30
 # (an estimate, not profiled).
 CHUNK = 16
 
+# ``Launch.states``: which states the forward keeps (None: by ``STATE_BUDGET_BYTES``)
+STATES = {"auto": None, "all": True, "chunked": False}
+
 
 @triton.jit
 def _sigmoid_of(x, e):
@@ -266,7 +269,9 @@ class SelectiveScanFunction(torch.autograd.Function):
         N = A.shape[1]
         A, D, delta_bias = _f32(A), _f32(D), _f32(delta_bias)
         y = torch.empty(Bsz, L, E, device=u.device, dtype=torch.float32)
-        store_all = {"all": True, "chunked": False}.get(launch.states, Bsz * (L + 1) * E * N * 4 <= STATE_BUDGET_BYTES)
+        store_all = STATES[launch.states]
+        if store_all is None:
+            store_all = Bsz * (L + 1) * E * N * 4 <= STATE_BUDGET_BYTES
         states = torch.empty(Bsz, L + 1 if store_all else triton.cdiv(L, CHUNK), E, N, device=u.device,
                              dtype=torch.float32)
         block = _block_e(E, launch)
@@ -320,4 +325,6 @@ def selective_scan(u: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.
     """Triton selective scan with ``selective_scan_naive``'s signature (N must be a power of two); returns float32
     y: (Bt, L, E). u, dt, z and B, C may be any float dtype and strides (e.g. bf16 views into one projection);
     the math is float32. ``launch`` (block_e a power of two) changes only the speed."""
+    if launch.states not in STATES:
+        raise ValueError(f"launch.states={launch.states!r} is not valid: expected one of {', '.join(STATES)}")
     return SelectiveScanFunction.apply(u, dt, A, B, C, D, z, delta_bias, delta_softplus, launch)

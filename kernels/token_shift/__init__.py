@@ -15,7 +15,7 @@ cell), RWKV-4's CUDA-graph step went from 4.77 to 2.45 ms, and the epoch's eleme
 ``token_shift_mix(x, mixes, out_dtype=None, backend="auto")``: ``"triton"`` (``fused.py``, up to
 ``fused.MAX_MIXES`` mixes), ``"naive"`` (``naive.py``: ``F.pad`` and ``torch.addcmul``) or ``"auto"`` (Triton for
 CUDA tensors). ``out_dtype`` (x's dtype by default) lets a layer whose mixes feed matmuls under autocast get them in
-autocast's dtype (:func:`matmul_dtype`), so the cast the matmul would make happens in the same pass.
+autocast's dtype (``zoo.kernels.autocast.matmul_dtype``), so the cast the matmul would make happens in the same pass.
 ``zoo.kernels.backend.last_backend("token_shift_mix")`` says which ran.
 """
 from __future__ import annotations
@@ -26,12 +26,6 @@ from zoo.kernels.backend import NAIVE, check_backend, fast_path, record
 from zoo.kernels.token_shift.naive import token_shift_mix_naive
 
 BACKENDS = ("auto", "triton", NAIVE)
-
-
-def matmul_dtype(x: torch.Tensor) -> torch.dtype | None:
-    """The dtype autocast gives a matmul's input on x's device where autocast is on, else None (x's own)."""
-    kind = x.device.type
-    return torch.get_autocast_dtype(kind) if torch.is_autocast_enabled(kind) else None
 
 
 def token_shift_mix(x: torch.Tensor, mixes: torch.Tensor, out_dtype: torch.dtype | None = None,
@@ -49,4 +43,4 @@ def token_shift_mix(x: torch.Tensor, mixes: torch.Tensor, out_dtype: torch.dtype
     return run(x, mixes, out_dtype)
 
 
-__all__ = ["token_shift_mix", "matmul_dtype", "BACKENDS"]
+__all__ = ["token_shift_mix", "BACKENDS"]

@@ -169,6 +169,8 @@ def test_triton_stores_every_state_within_the_budget_and_chunks_above_it_unless_
         assert ctx.store_all is store_all and ctx.saved_tensors[-1].shape == (Bt, n_states, E, N)
         for states, forced in (("all", True), ("chunked", False)):  # a launch that names the mode overrides the budget
             assert selective_scan(*args, launch=fused_recurrent.Launch(states=states)).grad_fn.store_all is forced
+    with pytest.raises(ValueError, match="launch.states='chunk' is not valid: expected one of auto, all, chunked"):
+        selective_scan(*args, launch=fused_recurrent.Launch(states="chunk"))
 
 
 @pytest.mark.gpu

@@ -13,7 +13,8 @@ import math
 import torch
 from torch import nn
 
-from zoo.kernels.token_shift import matmul_dtype, token_shift_mix
+from zoo.kernels.autocast import matmul_dtype
+from zoo.kernels.token_shift import token_shift_mix
 from zoo.kernels.wkv4 import wkv4
 from zoo.mixers.registry import register_mixer
 
