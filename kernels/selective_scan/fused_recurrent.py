@@ -81,6 +81,21 @@ def _row(ptr, b, t, e, s_b, s_t, s_e, mask):
 
 
 @triton.jit
+def _step_rows(u_ptr, dt_ptr, B_ptr, C_ptr, z_ptr, b, t, e, n, emask, su_b, su_t, su_e, sdt_b, sdt_t, sdt_e,
+               sz_b, sz_t, sz_e, sB_b, sB_t, sB_n, sC_b, sC_t, sC_n, HAS_Z: tl.constexpr):
+    """Step t's inputs in float32: u_t, dt_t (before bias and softplus), B_t, C_t and z_t (u_t again without z)."""
+    ut = _row(u_ptr, b, t, e, su_b, su_t, su_e, emask)
+    dtt = _row(dt_ptr, b, t, e, sdt_b, sdt_t, sdt_e, emask)
+    Bt = tl.load(B_ptr + b * sB_b + t * sB_t + n * sB_n).to(tl.float32)
+    Ct = tl.load(C_ptr + b * sC_b + t * sC_t + n * sC_n).to(tl.float32)
+    if HAS_Z:
+        zt = _row(z_ptr, b, t, e, sz_b, sz_t, sz_e, emask)
+    else:
+        zt = ut
+    return ut, dtt, Bt, Ct, zt
+
+
+@triton.jit
 def _stored_states(state_ptr, b, e, n, L, E, N: tl.constexpr, CHUNK: tl.constexpr, STORE_ALL: tl.constexpr):
     """(BLOCK_E, N) pointers to this program's stored state 0 (+ k * E * N: state k). Store-all walks the sequence as
     one span and stores h_k, the state after k steps, for k = 0 (the span's entry store) to L; chunked stores the
@@ -106,16 +121,17 @@ def _scan_fwd_kernel(u_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr,
     span = L if STORE_ALL else CHUNK
     states = _stored_states(state_ptr, b, e, n, L, E, N, CHUNK, STORE_ALL)
     h = tl.zeros([BLOCK_E, N], dtype=tl.float32)
+    # step t's rows are loaded during step t - 1 (the last step reloads its own): none depends on the carried state,
+    # so their latency hides behind a step's work instead of stalling each step
+    rows = _step_rows(u_ptr, dt_ptr, B_ptr, C_ptr, z_ptr, b, 0, e, n, emask, su_b, su_t, su_e, sdt_b, sdt_t, sdt_e,
+                      sz_b, sz_t, sz_e, sB_b, sB_t, sB_n, sC_b, sC_t, sC_n, HAS_Z)
     for c in range(tl.cdiv(L, span)):
         tl.store(states + c * E * N, h, mask=emask[:, None])
         for t in range(c * span, tl.minimum(c * span + span, L)):
-            # the step's loads first: none depends on the carried state, so they are in flight together
-            ut = _row(u_ptr, b, t, e, su_b, su_t, su_e, emask)
-            dtt = _row(dt_ptr, b, t, e, sdt_b, sdt_t, sdt_e, emask)
-            Bt = tl.load(B_ptr + b * sB_b + t * sB_t + n * sB_n).to(tl.float32)
-            Ct = tl.load(C_ptr + b * sC_b + t * sC_t + n * sC_n).to(tl.float32)
-            if HAS_Z:
-                zt = _row(z_ptr, b, t, e, sz_b, sz_t, sz_e, emask)
+            ut, dtt, Bt, Ct, zt = rows
+            rows = _step_rows(u_ptr, dt_ptr, B_ptr, C_ptr, z_ptr, b, tl.minimum(t + 1, L - 1), e, n, emask,
+                              su_b, su_t, su_e, sdt_b, sdt_t, sdt_e, sz_b, sz_t, sz_e, sB_b, sB_t, sB_n,
+                              sC_b, sC_t, sC_n, HAS_Z)
             if HAS_BIAS:
                 dtt += bias
             if SOFTPLUS:
@@ -160,6 +176,15 @@ def _scan_bwd_kernel(u_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr,
     gh = tl.zeros([BLOCK_E, N], dtype=tl.float32)  # dL/dh_t, carried backwards in time across spans
     gA = tl.zeros([BLOCK_E, N], dtype=tl.float32)
     n_spans = tl.cdiv(L, span)
+    # the reverse walk's rows of step t (and, storing every state, h_{t-1}) are loaded during step t + 1, as in the
+    # forward; the chunked mode reads h_{t-1} from its scratch when it needs it
+    rows = _step_rows(u_ptr, dt_ptr, B_ptr, C_ptr, z_ptr, b, L - 1, e, n, emask, su_b, su_t, su_e, sdt_b, sdt_t,
+                      sdt_e, sz_b, sz_t, sz_e, sB_b, sB_t, sB_n, sC_b, sC_t, sC_n, HAS_Z)
+    gy_next = _row(gy_ptr, b, L - 1, e, sgy_b, sgy_t, sgy_e, emask)
+    if STORE_ALL:
+        h_prev_next = tl.load(states + (L - 1) * E * N, mask=emask[:, None], other=0.0)
+    else:
+        h_prev_next = gh
     for ci in range(n_spans):
         c = n_spans - 1 - ci
         start = c * span
@@ -168,11 +193,14 @@ def _scan_bwd_kernel(u_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr,
             h = tl.load(states + L * E * N, mask=emask[:, None], other=0.0)
         else:
             h = tl.load(states + c * E * N, mask=emask[:, None], other=0.0)
+            walk = _step_rows(u_ptr, dt_ptr, B_ptr, C_ptr, z_ptr, b, start, e, n, emask, su_b, su_t, su_e, sdt_b,
+                              sdt_t, sdt_e, sz_b, sz_t, sz_e, sB_b, sB_t, sB_n, sC_b, sC_t, sC_n, False)
             for t in range(start, end):
                 tl.store(scratch + (t - start) * BLOCK_E * N, h)
-                ut = _row(u_ptr, b, t, e, su_b, su_t, su_e, emask)
-                dtt = _row(dt_ptr, b, t, e, sdt_b, sdt_t, sdt_e, emask)
-                Bt = tl.load(B_ptr + b * sB_b + t * sB_t + n * sB_n).to(tl.float32)
+                ut, dtt, Bt, _, _ = walk  # this walk needs no C or z
+                walk = _step_rows(u_ptr, dt_ptr, B_ptr, C_ptr, z_ptr, b, tl.minimum(t + 1, L - 1), e, n, emask,
+                                  su_b, su_t, su_e, sdt_b, sdt_t, sdt_e, sz_b, sz_t, sz_e, sB_b, sB_t, sB_n,
+                                  sC_b, sC_t, sC_n, False)
                 if HAS_BIAS:
                     dtt += bias
                 if SOFTPLUS:
@@ -182,19 +210,19 @@ def _scan_bwd_kernel(u_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr,
             tl.debug_barrier()
         for i in range(end - start):
             t = end - 1 - i
-            # the step's loads first: none depends on the carried gradient, so they are in flight together
-            # (h is h_t, h_prev h_{t-1})
+            # h is h_t, h_prev h_{t-1}; dt_in is dt before softplus; gy is dL/d(output), then dL/d(ungated y)
+            ut, dt_in, Bt, Ct, zt = rows
+            gy = gy_next
             if STORE_ALL:
-                h_prev = tl.load(states + t * E * N, mask=emask[:, None], other=0.0)
+                h_prev = h_prev_next
             else:
                 h_prev = tl.load(scratch + (t - start) * BLOCK_E * N)
-            ut = _row(u_ptr, b, t, e, su_b, su_t, su_e, emask)
-            dt_in = _row(dt_ptr, b, t, e, sdt_b, sdt_t, sdt_e, emask)  # before softplus
-            Bt = tl.load(B_ptr + b * sB_b + t * sB_t + n * sB_n).to(tl.float32)
-            Ct = tl.load(C_ptr + b * sC_b + t * sC_t + n * sC_n).to(tl.float32)
-            gy = _row(gy_ptr, b, t, e, sgy_b, sgy_t, sgy_e, emask)  # dL/d(output), then dL/d(ungated y)
-            if HAS_Z:
-                zt = _row(z_ptr, b, t, e, sz_b, sz_t, sz_e, emask)
+            tp = tl.maximum(t - 1, 0)
+            rows = _step_rows(u_ptr, dt_ptr, B_ptr, C_ptr, z_ptr, b, tp, e, n, emask, su_b, su_t, su_e, sdt_b,
+                              sdt_t, sdt_e, sz_b, sz_t, sz_e, sB_b, sB_t, sB_n, sC_b, sC_t, sC_n, HAS_Z)
+            gy_next = _row(gy_ptr, b, tp, e, sgy_b, sgy_t, sgy_e, emask)
+            if STORE_ALL:
+                h_prev_next = tl.load(states + tp * E * N, mask=emask[:, None], other=0.0)
             if HAS_BIAS:
                 dt_in += bias
             if SOFTPLUS:
