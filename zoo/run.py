@@ -94,9 +94,10 @@ def train_group(cfgs: list[DictConfig], run_dirs: list[Path], device: torch.devi
             if chances:  # chance of the whole test split, weighted by labelled tokens
                 record["chance"] = sum(chances[n] * labelled[n] for n in labelled) / sum(labelled.values())
 
-        if device.type == "cuda" and cfg.train.compile:
-            # each group compiles anew: a worker trains group after group, and the compiled code of earlier
-            # groups' models would count against dynamo's recompile limit for the same functions
+        if device.type == "cuda":
+            # each group compiles anew (a compiled model, Mamba-2's compiled scan): a worker trains group after
+            # group, and the compiled code of earlier groups' shapes would count against dynamo's recompile limit
+            # for the same functions
             torch._dynamo.reset()
         models, rng_states = [], []
         for c, record in zip(cfgs, records):

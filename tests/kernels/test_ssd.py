@@ -1,9 +1,12 @@
 """Mamba-2's SSD: the quadratic reference against the state recurrence, the chunked form against the reference, in
-float32 and with bf16 / fp16 matmul operands."""
+float32 and with bf16 / fp16 matmul operands; the compiled chunked form (the GPU path) against the eager one."""
 import pytest
 import torch
 
+from zoo.kernels import backend
+from zoo.kernels.ssd import compiled, ssd
 from zoo.kernels.ssd.chunked import ssd_chunked
+from zoo.kernels.ssd.compiled import ssd_compiled
 from zoo.kernels.ssd.naive import ssd_naive
 
 
@@ -23,7 +26,7 @@ def outputs_and_grads(fn, inputs, **kwargs):
     inputs = [t.detach().requires_grad_() for t in inputs]
     y = fn(*inputs, **kwargs)
     torch.manual_seed(1)
-    grads = torch.autograd.grad((y.double() * torch.randn(y.shape, dtype=torch.float64)).sum(), inputs)
+    grads = torch.autograd.grad((y.double() * torch.randn(y.shape, dtype=torch.float64).to(y.device)).sum(), inputs)
     return y, grads
 
 
@@ -90,3 +93,56 @@ def test_low_precision_operands_stay_close_to_float32(dtype):
     torch.testing.assert_close(got.float(), want, rtol=2e-2, atol=1e-2 * scale)
     for g, w in zip(got_grads, want_grads):
         assert ((g.double() - w.double()).norm() / w.double().norm()).item() < 2e-2
+
+
+def test_compiled_form_traces_as_one_graph_and_matches_the_eager_form():
+    """torch.compile takes the chunked form whole (fullgraph: no graph break, its loop over chunks unrolled), here
+    with the ``aot_eager`` backend, which runs the traced forward and backward graphs without generating code (CI's
+    CPU need not have a C++ compiler): outputs and every gradient as the eager form's."""
+    inputs = [t.float() for t in ssd_inputs(2, 21)]
+    got, got_grads = outputs_and_grads(
+        lambda *a: ssd_compiled(*a, fallback=False, compiler="aot_eager"), inputs)
+    want, want_grads = outputs_and_grads(ssd_chunked, inputs)
+    torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+    for g, w in zip(got_grads, want_grads):
+        torch.testing.assert_close(g, w, rtol=1e-6, atol=1e-6)
+
+
+def test_compile_failure_is_said_once_then_the_eager_form_runs(monkeypatch, caplog):
+    calls = []
+
+    def broken(compiler):
+        def fn(*args):
+            calls.append(compiler)
+            raise RuntimeError("no C++ compiler here\nmore detail")
+        return fn
+
+    monkeypatch.setattr(compiled, "_compiled", broken)
+    monkeypatch.setattr(compiled, "_FAILED", [])
+    inputs = [t.float() for t in ssd_inputs(2, 9)]
+    with pytest.raises(RuntimeError, match="no C\\+\\+ compiler"):  # named explicitly: no fallback
+        ssd(*inputs, backend="compiled")
+    assert ssd_compiled(*inputs) is None and ssd_compiled(*inputs) is None
+    assert len(calls) == 2  # the second fallback call did not try again
+    said = [r.getMessage() for r in caplog.records if "SSD scan" in r.getMessage()]
+    assert said == ["zoo: torch.compile failed for the SSD scan (RuntimeError: no C++ compiler here); "
+                    "the uncompiled chunked form runs instead"]
+
+
+@pytest.mark.gpu
+def test_auto_runs_the_compiled_form_on_gpu():
+    """Training's call (bf16 x, B, C under autocast; float32 dt, A, D): "auto" on a GPU runs the compiled form,
+    which matches the eager chunked form up to the fused kernels' rounding."""
+    x, dt, A, B, C, D = ssd_inputs(4, 200, H=4, P=64, N=128)
+    x, B, C = (t.cuda().bfloat16() for t in (x, B, C))
+    dt, A, D = (t.cuda().float() for t in (dt * 0.1, A, D))
+    backend.clear()
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        got, got_grads = outputs_and_grads(ssd, (x, dt, A, B, C, D))
+        assert backend.last_backend("ssd") == "compiled"
+        want, want_grads = outputs_and_grads(ssd, (x, dt, A, B, C, D), backend="chunked")
+    assert backend.last_backend("ssd") == "chunked"
+    scale = want.float().abs().max().item()
+    torch.testing.assert_close(got.float(), want.float(), rtol=2e-2, atol=1e-2 * scale)
+    for g, w in zip(got_grads, want_grads):
+        assert ((g.double() - w.double()).norm() / w.double().norm()).item() < 1e-2
