@@ -38,7 +38,8 @@ def ssd_compiled(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Te
 
     With ``fallback``, a failure to compile is said once, in one line, and this call and every later one return None
     (the caller runs the eager chunked form; if that fails too, its error is the real one). Without it, the error
-    is raised."""
+    is raised. Either way only the forward's compile is caught here: torch compiles the backward at its first call,
+    inside ``loss.backward()``, where a failure is raised."""
     if fallback and _FAILED:
         return None
     try:
