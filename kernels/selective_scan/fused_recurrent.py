@@ -28,7 +28,9 @@ forward + backward of one layer's call, ms, bf16 inputs, every option, default l
 0.523 / 1.347 at Bt=256, L=256, E=256, N=16; 0.483 / 1.310 -> 0.443 / 1.028 at Bt=128, L=512, E=128; 1.038 / 3.046
 -> 1.036 / 2.635 at Bt=256, L=256, E=512. The forward, bound by writing the states, did not change; the backward
 went 13 to 22% faster. Chunked mode gained more (1.859 -> 1.516 at the first shape) and is still slower than
-store-all. The arithmetic is the same; the compiled code may contract multiplies and adds into fused ones
+store-all. Its reverse walk then still read each h_{t-1} from the scratch when its step began; it now loads that
+ahead too (not yet measured on a GPU). Chunked is the mode the grid's Mamba runs at d_model=512 take (E=1024: every
+state would exceed the budget). The arithmetic is the same; the compiled code may contract multiplies and adds into fused ones
 differently, so results are not bit-identical to the earlier kernel's (the tests against the recurrence pass).
 
 A chunk-parallel form (a chunk of 8 to 32 steps loaded at once and combined by ``tl.associative_scan`` over a
@@ -186,8 +188,8 @@ def _scan_bwd_kernel(u_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr,
     gh = tl.zeros([BLOCK_E, N], dtype=tl.float32)  # dL/dh_t, carried backwards in time across spans
     gA = tl.zeros([BLOCK_E, N], dtype=tl.float32)
     n_spans = tl.cdiv(L, span)
-    # the reverse walk's rows of step t (and, storing every state, h_{t-1}) are loaded during step t + 1, as in the
-    # forward; the chunked mode reads h_{t-1} from its scratch when it needs it
+    # the reverse walk's rows of step t and h_{t-1} (from the stored states, or in the chunked mode from the chunk's
+    # scratch) are loaded during step t + 1, as in the forward
     rows = _step_rows(u_ptr, dt_ptr, B_ptr, C_ptr, z_ptr, b, L - 1, e, n, emask, su_b, su_t, su_e, sdt_b, sdt_t,
                       sdt_e, sz_b, sz_t, sz_e, sB_b, sB_t, sB_n, sC_b, sC_t, sC_n, HAS_Z)
     gy_next = _row(gy_ptr, b, L - 1, e, sgy_b, sgy_t, sgy_e, emask)
@@ -218,21 +220,21 @@ def _scan_bwd_kernel(u_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr,
                 h = tl.exp(dtt[:, None] * A) * h + (dtt * ut)[:, None] * Bt[None, :]
             # the reverse walk reads scratch slots other threads of this program may have written
             tl.debug_barrier()
+            h_prev_next = tl.load(scratch + (end - 1 - start) * BLOCK_E * N)
         for i in range(end - start):
             t = end - 1 - i
             # h is h_t, h_prev h_{t-1}; dt_in is dt before softplus; gy is dL/d(output), then dL/d(ungated y)
             ut, dt_in, Bt, Ct, zt = rows
             gy = gy_next
-            if STORE_ALL:
-                h_prev = h_prev_next
-            else:
-                h_prev = tl.load(scratch + (t - start) * BLOCK_E * N)
+            h_prev = h_prev_next
             tp = tl.maximum(t - 1, 0)
             rows = _step_rows(u_ptr, dt_ptr, B_ptr, C_ptr, z_ptr, b, tp, e, n, emask, su_b, su_t, su_e, sdt_b,
                               sdt_t, sdt_e, sz_b, sz_t, sz_e, sB_b, sB_t, sB_n, sC_b, sC_t, sC_n, HAS_Z)
             gy_next = _row(gy_ptr, b, tp, e, sgy_b, sgy_t, sgy_e, emask)
             if STORE_ALL:
                 h_prev_next = tl.load(states + tp * E * N, mask=emask[:, None], other=0.0)
+            else:  # from this chunk's scratch (at its first step, slot 0 again: the next chunk reloads its own)
+                h_prev_next = tl.load(scratch + tl.maximum(t - 1 - start, 0) * BLOCK_E * N)
             if HAS_BIAS:
                 dt_in += bias
             if SOFTPLUS:
