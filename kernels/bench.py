@@ -245,8 +245,9 @@ def selective_scan_rows(Bt, L, E, N):
 
     rows = {}
     for launch in dict.fromkeys([Launch(), *SCAN_LAUNCHES]):
-        rows[f"ours {launch.block_e:>2d} ch, {launch.num_warps} warps, {launch.num_stages} stages, {launch.states} states"] = timed_pair(
-            lambda: selective_scan(u, dt, A, B, C, D, z, bias, True, launch=launch), grad, leaves)
+        name = (f"ours {launch.block_e:>2d} ch, {launch.num_warps} warps, {launch.num_stages} stages, "
+                f"{launch.states} states")
+        rows[name] = timed_pair(lambda: selective_scan(u, dt, A, B, C, D, z, bias, True, launch=launch), grad, leaves)
     try:
         rows["mamba-ssm selective_scan_fn"] = timed_pair(
             lambda: selective_scan_entry(u, dt, A, B, C, D, z, bias, True, backend="mamba_ssm"), grad, leaves)

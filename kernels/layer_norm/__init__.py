@@ -73,7 +73,8 @@ def layer_norm(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor 
 
 
 def add_layer_norm(x: torch.Tensor, update: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
-                   eps: float = 1e-5, backend: str = "auto", to_matmul: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+                   eps: float = 1e-5, backend: str = "auto",
+                   to_matmul: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """(s, layer_norm(s)) with s = x + update (x, update [..., N], s in their promoted dtype): a pre-norm block's
     residual add and the norm that reads its result. The Triton path does both in one pass, and in the backward
     adds s's own gradient to the norm's and writes the sum for x and for update in their dtypes: the numbers of the

@@ -30,8 +30,9 @@ forward + backward of one layer's call, ms, bf16 inputs, every option, default l
 went 13 to 22% faster. Chunked mode gained more (1.859 -> 1.516 at the first shape) and is still slower than
 store-all. Its reverse walk then still read each h_{t-1} from the scratch when its step began; it now loads that
 ahead too (not yet measured on a GPU). Chunked is the mode the grid's Mamba runs at d_model=512 take (E=1024: every
-state would exceed the budget). The arithmetic is the same; the compiled code may contract multiplies and adds into fused ones
-differently, so results are not bit-identical to the earlier kernel's (the tests against the recurrence pass).
+state would exceed the budget). The arithmetic is the same; the compiled code may contract multiplies and adds
+into fused ones differently, so results are not bit-identical to the earlier kernel's (the tests against the
+recurrence pass).
 
 A chunk-parallel form (a chunk of 8 to 32 steps loaded at once and combined by ``tl.associative_scan`` over a
 (chunk, channels, N) tile, the backward recomputing the chunk and scanning dL/dh in reverse) was tried and measured
@@ -94,12 +95,16 @@ def _row(ptr, b, t, e, s_b, s_t, s_e, mask):
 
 @triton.jit
 def _step_rows(u_ptr, dt_ptr, B_ptr, C_ptr, z_ptr, b, t, e, n, emask, su_b, su_t, su_e, sdt_b, sdt_t, sdt_e,
-               sz_b, sz_t, sz_e, sB_b, sB_t, sB_n, sC_b, sC_t, sC_n, HAS_Z: tl.constexpr):
-    """Step t's inputs in float32: u_t, dt_t (before bias and softplus), B_t, C_t and z_t (u_t again without z)."""
+               sz_b, sz_t, sz_e, sB_b, sB_t, sB_n, sC_b, sC_t, sC_n, HAS_Z: tl.constexpr, HAS_C: tl.constexpr = True):
+    """Step t's inputs in float32: u_t, dt_t (before bias and softplus), B_t, C_t and z_t (without z, u_t again;
+    without ``HAS_C``, for a walk that needs no C, B_t again)."""
     ut = _row(u_ptr, b, t, e, su_b, su_t, su_e, emask)
     dtt = _row(dt_ptr, b, t, e, sdt_b, sdt_t, sdt_e, emask)
     Bt = tl.load(B_ptr + b * sB_b + t * sB_t + n * sB_n).to(tl.float32)
-    Ct = tl.load(C_ptr + b * sC_b + t * sC_t + n * sC_n).to(tl.float32)
+    if HAS_C:
+        Ct = tl.load(C_ptr + b * sC_b + t * sC_t + n * sC_n).to(tl.float32)
+    else:
+        Ct = Bt
     if HAS_Z:
         zt = _row(z_ptr, b, t, e, sz_b, sz_t, sz_e, emask)
     else:
@@ -206,13 +211,13 @@ def _scan_bwd_kernel(u_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr,
         else:
             h = tl.load(states + c * E * N, mask=emask[:, None], other=0.0)
             walk = _step_rows(u_ptr, dt_ptr, B_ptr, C_ptr, z_ptr, b, start, e, n, emask, su_b, su_t, su_e, sdt_b,
-                              sdt_t, sdt_e, sz_b, sz_t, sz_e, sB_b, sB_t, sB_n, sC_b, sC_t, sC_n, False)
+                              sdt_t, sdt_e, sz_b, sz_t, sz_e, sB_b, sB_t, sB_n, sC_b, sC_t, sC_n, False, False)
             for t in range(start, end):
                 tl.store(scratch + (t - start) * BLOCK_E * N, h)
                 ut, dtt, Bt, _, _ = walk  # this walk needs no C or z
                 walk = _step_rows(u_ptr, dt_ptr, B_ptr, C_ptr, z_ptr, b, tl.minimum(t + 1, L - 1), e, n, emask,
                                   su_b, su_t, su_e, sdt_b, sdt_t, sdt_e, sz_b, sz_t, sz_e, sB_b, sB_t, sB_n,
-                                  sC_b, sC_t, sC_n, False)
+                                  sC_b, sC_t, sC_n, False, False)
                 if HAS_BIAS:
                     dtt += bias
                 if SOFTPLUS:

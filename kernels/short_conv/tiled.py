@@ -14,10 +14,10 @@ dx[t] = sum_j w[:, j] g[t + K - 1 - j], so a program reads g at K shifted times 
 first kernel writes g to a float32 [B, T, C] buffer: the earlier single kernel recomputed g at each of the K shifts
 (K x K loads of x and K sigmoids per value) and took 0.22 ms of Mamba's conv backward at B=256, T=256, C=256, K=4
 (H100, bf16), against its forward's 0.04 ms; the two kernels take 0.14 ms (0.07 + 0.11, an epoch's profile
-of Mamba's step, 69587b2). dw[:, j] = sum_{b, t} g[t] x[t - K + 1 + j] and dbias = sum_{b, t}
-g[t]: each program writes its tile's sums to its own row of a float32 partial [B * time tiles, K (+ 1 with a
-bias), C] and one ``torch.sum`` over the rows finishes them. No atomics, so the gradients are the same bits on every run; all
-shapes follow from the inputs' (no host sync), so a CUDA graph can capture both passes.
+of Mamba's step, 69587b2). dw[:, j] = sum_{b, t} g[t] x[t - K + 1 + j] and dbias = sum_{b, t} g[t]: each
+program writes its tile's sums to its own row of a float32 partial [B * time tiles, K (+ 1 with a bias), C] and one
+``torch.sum`` over the rows finishes them. No atomics, so the gradients are the same bits on every run; all shapes
+follow from the inputs' (no host sync), so a CUDA graph can capture both passes.
 """
 from __future__ import annotations
 

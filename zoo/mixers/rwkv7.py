@@ -18,9 +18,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from zoo.kernels.autocast import matmul_dtype
 from zoo.kernels.layer_norm import layer_norm
 from zoo.kernels.rwkv7 import rwkv7
-from zoo.kernels.autocast import matmul_dtype
 from zoo.kernels.token_shift import token_shift_mix
 from zoo.errors import ConfigError
 from zoo.mixers.registry import register_mixer
