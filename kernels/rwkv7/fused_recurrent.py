@@ -90,15 +90,26 @@ def _program(state_ptr, L, H, K, V, BK: tl.constexpr, BV: tl.constexpr, CHUNK: t
 
 
 @triton.jit
-def _advance(S, w_ptr, k_ptr, v_ptr, a_ptr, b_ptr, i_b, t, i_h, kk, vv, kmask, vmask,
-             sw_b, sw_t, sw_h, sw_d, sk_b, sk_t, sk_h, sk_d, sv_b, sv_t, sv_h, sv_d,
-             sa_b, sa_t, sa_h, sa_d, sb_b, sb_t, sb_h, sb_d):
-    """S_t from S_{t-1} (this program's (BK, BV) slice): one step of the recurrence."""
+def _step_rows(r_ptr, w_ptr, k_ptr, v_ptr, a_ptr, b_ptr, i_b, t, i_h, kk, vv, kmask, vmask,
+               sr_b, sr_t, sr_h, sr_d, sw_b, sw_t, sw_h, sw_d, sk_b, sk_t, sk_h, sk_d, sv_b, sv_t, sv_h, sv_d,
+               sa_b, sa_t, sa_h, sa_d, sb_b, sb_t, sb_h, sb_d, HAS_R: tl.constexpr = True):
+    """Step t's rows in float32: r_t, w_t, k_t, a_t, b_t (K entries) and v_t (this program's block of V); without
+    ``HAS_R``, for a walk that needs no r, w_t stands in for r_t."""
     wt = _row(w_ptr, i_b, t, i_h, kk, sw_b, sw_t, sw_h, sw_d, kmask)
+    if HAS_R:
+        rt = _row(r_ptr, i_b, t, i_h, kk, sr_b, sr_t, sr_h, sr_d, kmask)
+    else:
+        rt = wt
     kt = _row(k_ptr, i_b, t, i_h, kk, sk_b, sk_t, sk_h, sk_d, kmask)
     at = _row(a_ptr, i_b, t, i_h, kk, sa_b, sa_t, sa_h, sa_d, kmask)
     bt = _row(b_ptr, i_b, t, i_h, kk, sb_b, sb_t, sb_h, sb_d, kmask)
     vt = _row(v_ptr, i_b, t, i_h, vv, sv_b, sv_t, sv_h, sv_d, vmask)
+    return rt, wt, kt, at, bt, vt
+
+
+@triton.jit
+def _advance(S, wt, kt, at, bt, vt):
+    """S_t from S_{t-1} (this program's (BK, BV) slice) and step t's rows: one step of the recurrence."""
     sa = tl.sum(at[:, None] * S, axis=0)  # (BV): a_t^T S_{t-1}
     return tl.exp(wt)[:, None] * S + bt[:, None] * sa[None, :] + kt[:, None] * vt[None, :]
 
@@ -112,14 +123,19 @@ def _rwkv7_fwd_kernel(r_ptr, w_ptr, k_ptr, v_ptr, a_ptr, b_ptr, o_ptr, state_ptr
     smask = kmask[:, None] & vmask[None, :]
     # padded rows and columns stay 0: their k, b (rows) and v (columns) load as 0
     S = tl.zeros([BK, BV], dtype=tl.float32)
+    # step t's rows are loaded during step t - 1 (the last step reloads its own): none depends on the carried state,
+    # so their latency hides behind a step's work instead of stalling each step
+    rows = _step_rows(r_ptr, w_ptr, k_ptr, v_ptr, a_ptr, b_ptr, i_b, 0, i_h, kk, vv, kmask, vmask,
+                      sr_b, sr_t, sr_h, sr_d, sw_b, sw_t, sw_h, sw_d, sk_b, sk_t, sk_h, sk_d, sv_b, sv_t, sv_h, sv_d,
+                      sa_b, sa_t, sa_h, sa_d, sb_b, sb_t, sb_h, sb_d)
     for c in range(tl.cdiv(L, span)):
         tl.store(states + c * K * V, S, mask=smask)
         for t in range(c * span, tl.minimum(c * span + span, L)):
-            # r_t's load does not depend on the carried state: issued first, it is in flight with the step's loads
-            rt = _row(r_ptr, i_b, t, i_h, kk, sr_b, sr_t, sr_h, sr_d, kmask)
-            S = _advance(S, w_ptr, k_ptr, v_ptr, a_ptr, b_ptr, i_b, t, i_h, kk, vv, kmask, vmask,
-                         sw_b, sw_t, sw_h, sw_d, sk_b, sk_t, sk_h, sk_d, sv_b, sv_t, sv_h, sv_d,
-                         sa_b, sa_t, sa_h, sa_d, sb_b, sb_t, sb_h, sb_d)
+            rt, wt, kt, at, bt, vt = rows
+            rows = _step_rows(r_ptr, w_ptr, k_ptr, v_ptr, a_ptr, b_ptr, i_b, tl.minimum(t + 1, L - 1), i_h, kk, vv,
+                              kmask, vmask, sr_b, sr_t, sr_h, sr_d, sw_b, sw_t, sw_h, sw_d, sk_b, sk_t, sk_h, sk_d,
+                              sv_b, sv_t, sv_h, sv_d, sa_b, sa_t, sa_h, sa_d, sb_b, sb_t, sb_h, sb_d)
+            S = _advance(S, wt, kt, at, bt, vt)
             if STORE_ALL:
                 tl.store(states + (t + 1) * K * V, S, mask=smask)
             o = tl.sum(rt[:, None] * S, axis=0)
@@ -142,6 +158,16 @@ def _rwkv7_bwd_kernel(r_ptr, w_ptr, k_ptr, v_ptr, a_ptr, b_ptr, state_ptr, do_pt
                    + tl.arange(0, BK)[:, None] * BV + tl.arange(0, BV)[None, :])
     dS = tl.zeros([BK, BV], dtype=tl.float32)  # dL/dS_t, carried backwards in time across spans
     n_spans = tl.cdiv(L, span)
+    # the reverse walk's rows of step t and S_{t-1} (from the stored states, or in the chunked mode from the chunk's
+    # scratch) are loaded during step t + 1, as in the forward
+    rows = _step_rows(r_ptr, w_ptr, k_ptr, v_ptr, a_ptr, b_ptr, i_b, L - 1, i_h, kk, vv, kmask, vmask,
+                      sr_b, sr_t, sr_h, sr_d, sw_b, sw_t, sw_h, sw_d, sk_b, sk_t, sk_h, sk_d, sv_b, sv_t, sv_h, sv_d,
+                      sa_b, sa_t, sa_h, sa_d, sb_b, sb_t, sb_h, sb_d)
+    do_next = _row(do_ptr, i_b, L - 1, i_h, vv, sdo_b, sdo_t, sdo_h, sdo_d, vmask)
+    if STORE_ALL:
+        S_prev_next = tl.load(states + (L - 1) * K * V, mask=smask, other=0.0)
+    else:
+        S_prev_next = dS
     for ci in range(n_spans):
         c = n_spans - 1 - ci
         start = c * span
@@ -150,28 +176,35 @@ def _rwkv7_bwd_kernel(r_ptr, w_ptr, k_ptr, v_ptr, a_ptr, b_ptr, state_ptr, do_pt
             S = tl.load(states + L * K * V, mask=smask, other=0.0)
         else:
             S = tl.load(states + c * K * V, mask=smask, other=0.0)
+            walk = _step_rows(r_ptr, w_ptr, k_ptr, v_ptr, a_ptr, b_ptr, i_b, start, i_h, kk, vv, kmask, vmask,
+                              sr_b, sr_t, sr_h, sr_d, sw_b, sw_t, sw_h, sw_d, sk_b, sk_t, sk_h, sk_d,
+                              sv_b, sv_t, sv_h, sv_d, sa_b, sa_t, sa_h, sa_d, sb_b, sb_t, sb_h, sb_d, False)
             for t in range(start, end):
                 tl.store(scratch + (t - start) * BK * BV, S)
-                S = _advance(S, w_ptr, k_ptr, v_ptr, a_ptr, b_ptr, i_b, t, i_h, kk, vv, kmask, vmask,
-                             sw_b, sw_t, sw_h, sw_d, sk_b, sk_t, sk_h, sk_d, sv_b, sv_t, sv_h, sv_d,
-                             sa_b, sa_t, sa_h, sa_d, sb_b, sb_t, sb_h, sb_d)
+                _, wt, kt, at, bt, vt = walk  # this walk needs no r
+                walk = _step_rows(r_ptr, w_ptr, k_ptr, v_ptr, a_ptr, b_ptr, i_b, tl.minimum(t + 1, L - 1), i_h, kk,
+                                  vv, kmask, vmask, sr_b, sr_t, sr_h, sr_d, sw_b, sw_t, sw_h, sw_d, sk_b, sk_t, sk_h,
+                                  sk_d, sv_b, sv_t, sv_h, sv_d, sa_b, sa_t, sa_h, sa_d, sb_b, sb_t, sb_h, sb_d,
+                                  False)
+                S = _advance(S, wt, kt, at, bt, vt)
             # the reverse walk reads scratch slots other threads of this program may have written
             tl.debug_barrier()
+            S_prev_next = tl.load(scratch + (end - 1 - start) * BK * BV)
         for i in range(end - start):
             t = end - 1 - i
-            # the step's loads first: none depends on the carried gradient, so they are in flight together
-            # (S is S_t, S_prev S_{t-1})
+            # S is S_t, S_prev S_{t-1}
+            rt, wt, kt, at, bt, vt = rows
+            dot = do_next
+            S_prev = S_prev_next
+            tp = tl.maximum(t - 1, 0)
+            rows = _step_rows(r_ptr, w_ptr, k_ptr, v_ptr, a_ptr, b_ptr, i_b, tp, i_h, kk, vv, kmask, vmask,
+                              sr_b, sr_t, sr_h, sr_d, sw_b, sw_t, sw_h, sw_d, sk_b, sk_t, sk_h, sk_d,
+                              sv_b, sv_t, sv_h, sv_d, sa_b, sa_t, sa_h, sa_d, sb_b, sb_t, sb_h, sb_d)
+            do_next = _row(do_ptr, i_b, tp, i_h, vv, sdo_b, sdo_t, sdo_h, sdo_d, vmask)
             if STORE_ALL:
-                S_prev = tl.load(states + t * K * V, mask=smask, other=0.0)
-            else:
-                S_prev = tl.load(scratch + (t - start) * BK * BV)
-            rt = _row(r_ptr, i_b, t, i_h, kk, sr_b, sr_t, sr_h, sr_d, kmask)
-            wt = _row(w_ptr, i_b, t, i_h, kk, sw_b, sw_t, sw_h, sw_d, kmask)
-            kt = _row(k_ptr, i_b, t, i_h, kk, sk_b, sk_t, sk_h, sk_d, kmask)
-            at = _row(a_ptr, i_b, t, i_h, kk, sa_b, sa_t, sa_h, sa_d, kmask)
-            bt = _row(b_ptr, i_b, t, i_h, kk, sb_b, sb_t, sb_h, sb_d, kmask)
-            vt = _row(v_ptr, i_b, t, i_h, vv, sv_b, sv_t, sv_h, sv_d, vmask)
-            dot = _row(do_ptr, i_b, t, i_h, vv, sdo_b, sdo_t, sdo_h, sdo_d, vmask)
+                S_prev_next = tl.load(states + tp * K * V, mask=smask, other=0.0)
+            else:  # from this chunk's scratch (at its first step, slot 0 again: the next chunk reloads its own)
+                S_prev_next = tl.load(scratch + tl.maximum(t - 1 - start, 0) * BK * BV)
             dS += rt[:, None] * dot[None, :]
             sa = tl.sum(at[:, None] * S_prev, axis=0)  # recomputed, not saved: (BV)
             dsa = tl.sum(dS * bt[:, None], axis=0)  # (BV): dL/d(sa_t)
