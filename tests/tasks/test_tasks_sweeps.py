@@ -1,4 +1,5 @@
 """The shipped sweeps of issue 12 expand and validate (every run's task parameters and model are checked)."""
+import json
 from pathlib import Path
 
 from zoo.sweep import load_sweep
@@ -29,3 +30,21 @@ def test_mad_has_each_difficulty_change_once_per_task():
     assert all((r.cfg.model.backbone == "autoencoder") == (r.cfg.task.name == "compression") for r in sweep.runs)
     recall = [r for r in sweep.runs if r.cfg.task.name.endswith("recall")]
     assert all(r.cfg.task.train[0].training and "training" not in r.cfg.task.test[0] for r in recall)
+
+
+def test_claim_seeds_reuses_the_committed_runs_of_the_claim_cell():
+    """Seed 0 of sweeps/gatedfwa_claim_seeds.yaml is the grid's own runs and seed 1 the committed seed-1 runs (same
+    ids), so the sweep's header, which starts from those records, skips them instead of training them again."""
+    sweep = load_sweep(SWEEPS / "gatedfwa_claim_seeds.yaml")
+    assert len(sweep.runs) == 24
+    grid = {r.id: r.cfg for r in load_sweep(SWEEPS / "mqar.yaml").runs}
+    seed0 = {r.id for r in sweep.runs if r.cfg.seed == 0}
+    assert len(seed0) == 8 and seed0 <= set(grid)
+    assert {(grid[i].model.mixer, grid[i].task.params.input_seq_len, grid[i].model.d_model) for i in seed0} == {
+        ("gatedfwa", 512, 64), ("mamba", 512, 64)}
+    seed1 = {r.id for r in sweep.runs if r.cfg.seed == 1
+             and (r.cfg.model.mixer, r.cfg.train.lr) in {("gatedfwa", 4.6416e-4), ("mamba", 2.1544e-3)}}
+    results = Path(__file__).parents[2] / "results"
+    committed = {json.loads(line)["id"] for name in ("mqar/results.jsonl", "fidelity/h100_claim_cell_seed1.jsonl")
+                 for line in (results / name).read_text().splitlines()}
+    assert {r.id for r in sweep.runs} & committed == seed0 | seed1
