@@ -180,7 +180,7 @@ def _rwkv7_bwd_kernel(r_ptr, w_ptr, k_ptr, v_ptr, a_ptr, b_ptr, state_ptr, do_pt
     do_next = _row(do_ptr, i_b, L - 1, i_h, vv, sdo_b, sdo_t, sdo_h, sdo_d, vmask)
     if STORE_ALL:
         S_prev_next = tl.load(states + (L - 1) * K * V, mask=smask, other=0.0)
-    else:
+    else:  # each chunk loads its own first S_{t-1} from its scratch; until then a zero tile of the right shape
         S_prev_next = dS
     for ci in range(n_spans):
         c = n_spans - 1 - ci

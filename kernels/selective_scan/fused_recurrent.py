@@ -200,7 +200,7 @@ def _scan_bwd_kernel(u_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr,
     gy_next = _row(gy_ptr, b, L - 1, e, sgy_b, sgy_t, sgy_e, emask)
     if STORE_ALL:
         h_prev_next = tl.load(states + (L - 1) * E * N, mask=emask[:, None], other=0.0)
-    else:
+    else:  # each chunk loads its own first h_{t-1} from its scratch; until then a zero tile of the right shape
         h_prev_next = gh
     for ci in range(n_spans):
         c = n_spans - 1 - ci
