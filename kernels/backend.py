@@ -156,3 +156,35 @@ def fast_path(backend: str, fast: str, module: str, x: torch.Tensor, purpose: st
     if backend == "auto":
         return fast_module(module, purpose, x)
     return None
+
+
+class Compiled:
+    """``fn`` through ``torch.compile`` (``fullgraph=True, dynamic=False``: one graph per input shape and dtype),
+    compiled on first use for each torch.compile backend (``compiler``) asked for; ``what`` names it in the log.
+
+    ``compiled(*args, fallback=True, compiler="inductor")`` returns ``fn(*args)`` compiled. With ``fallback``, a
+    failure to compile is said once, in one line, and this call and every later one in the process return None (the
+    caller runs ``fn`` uncompiled; if that fails too, its error is the real one). Without it, the error is raised.
+    Either way only the forward's compile is caught: torch compiles the backward at its first call, inside
+    ``loss.backward()``, where a failure is raised.
+    """
+
+    def __init__(self, fn, what: str):
+        self.fn, self.what = fn, what
+        self.failed: str | None = None  # why compiling failed, once it has in this process
+        self._by_compiler: dict = {}
+
+    def __call__(self, *args, fallback: bool = True, compiler: str = "inductor"):
+        if fallback and self.failed:
+            return None
+        if compiler not in self._by_compiler:
+            self._by_compiler[compiler] = torch.compile(self.fn, fullgraph=True, dynamic=False, backend=compiler)
+        try:
+            return self._by_compiler[compiler](*args)
+        except Exception as err:  # noqa: BLE001 - torch.compile raises many kinds; the eager form re-raises real errors
+            if not fallback:
+                raise
+            lines = [line.strip() for line in str(err).splitlines() if line.strip()] or [""]
+            self.failed = f"{type(err).__name__}: {lines[0]}"
+            log.warning("zoo: torch.compile failed for %s (%s); it runs uncompiled instead", self.what, self.failed)
+            return None

@@ -14,41 +14,17 @@ so a worker that trains many shapes stays under dynamo's recompile limit.
 """
 from __future__ import annotations
 
-import functools
-import logging
-
 import torch
 
+from zoo.kernels.backend import Compiled
 from zoo.kernels.ssd.chunked import ssd_chunked
 
-log = logging.getLogger("zoo")
-
-_FAILED: list[str] = []  # why compiling failed, once it has in this process
-
-
-@functools.cache
-def _compiled(compiler: str):
-    return torch.compile(ssd_chunked, fullgraph=True, dynamic=False, backend=compiler)
+SSD_COMPILED = Compiled(ssd_chunked, "the SSD scan")
 
 
 def ssd_compiled(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor,
                  D: torch.Tensor | None = None, fallback: bool = True, compiler: str = "inductor"
                  ) -> torch.Tensor | None:
-    """``ssd_chunked(x, dt, A, B, C, D)`` compiled (``compiler``: torch.compile's backend; shapes as there).
-
-    With ``fallback``, a failure to compile is said once, in one line, and this call and every later one return None
-    (the caller runs the eager chunked form; if that fails too, its error is the real one). Without it, the error
-    is raised. Either way only the forward's compile is caught here: torch compiles the backward at its first call,
-    inside ``loss.backward()``, where a failure is raised."""
-    if fallback and _FAILED:
-        return None
-    try:
-        return _compiled(compiler)(x, dt, A, B, C, D)
-    except Exception as err:  # noqa: BLE001 - torch.compile raises many kinds; the eager form re-raises real errors
-        if not fallback:
-            raise
-        lines = [line.strip() for line in str(err).splitlines() if line.strip()] or [""]
-        _FAILED.append(f"{type(err).__name__}: {lines[0]}")
-        log.warning("zoo: torch.compile failed for the SSD scan (%s); the uncompiled chunked form runs instead",
-                    _FAILED[0])
-        return None
+    """``ssd_chunked(x, dt, A, B, C, D)`` compiled (``compiler``: torch.compile's backend; shapes as there), or None
+    where compiling failed and ``fallback`` is set (``zoo.kernels.backend.Compiled``)."""
+    return SSD_COMPILED(x, dt, A, B, C, D, fallback=fallback, compiler=compiler)

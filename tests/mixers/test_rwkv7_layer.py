@@ -1,7 +1,13 @@
-"""RWKV-7: v_first's path through the model (the recurrence is tested in tests/kernels/test_rwkv7.py)."""
+"""RWKV-7: v_first's path through the model; the layer's elementwise math compiled and not (the recurrence is tested in
+tests/kernels/test_rwkv7.py)."""
+from contextlib import nullcontext
+from unittest.mock import patch
+
+import pytest
 import torch
 
-from zoo.mixers.rwkv7 import RWKV7
+from zoo.kernels import backend
+from zoo.mixers.rwkv7 import READ_OUT_COMPILED, RECURRENCE_INPUTS_COMPILED, RWKV7, read_out, recurrence_inputs
 from zoo.model import LanguageModel
 
 
@@ -17,3 +23,92 @@ def test_first_layer_values_reach_later_layers():
     model.blocks[1].mixer.register_forward_pre_hook(lambda m, args: seen.update(args[1]))
     model(torch.randint(0, 64, (2, 8)))
     assert seen["v_first"].shape == (2, 8, 32)
+
+
+def layer_inputs(first: bool, device="cpu", dtype=torch.float32, B=2, L=8, D=32, H=2):
+    """recurrence_inputs's arguments (the later layers' v_first and v_raw unless ``first``) and read_out's tensors."""
+    torch.manual_seed(0)
+    t = lambda *shape: torch.randn(*shape, device=device, dtype=dtype)  # noqa: E731
+    k, w_raw, a_raw, v = t(B, L, D), t(B, L, D), t(B, L, D), t(B, L, D)
+    v_first, v_raw = (None, None) if first else (t(B, L, D), t(B, L, D))
+    k_k, k_a = (torch.rand(D, device=device) for _ in range(2))
+    inputs = (k, w_raw, a_raw, v, v_first, v_raw, k_k, k_a)
+    o, r, g = t(B, L, H, D // H).float(), t(B, L, H, D // H), t(B, L, D)
+    return inputs, (o, r, g, torch.randn(H, D // H, device=device), torch.rand(D, device=device) + 0.5,
+                    torch.randn(D, device=device))
+
+
+def run_layer_math(inputs_fn, read_out_fn, inputs, outs, H=2):
+    """The recurrence inputs and a read-out of them (with the recurrence's output o standing in), and the gradients
+    of a fixed projection of everything with respect to every tensor."""
+    leaves = [t.detach().requires_grad_() if t is not None else None for t in inputs + outs]
+    k, w_raw, a_raw, v, v_first, v_raw, k_k, k_a, o, r, g, r_k, weight, bias = leaves
+    w, k2, v2, a, b = inputs_fn(k, w_raw, a_raw, v, v_first, v_raw, k_k, k_a, H)
+    y = read_out_fn(o, r, k2, v2, g, r_k, weight, bias, 1e-5, torch.float32)
+    results = (w, k2, v2, a, b, y)
+    torch.manual_seed(1)
+    loss = sum((t.float() * torch.randn(t.shape, device=t.device)).sum() for t in results)
+    grads = torch.autograd.grad(loss, [t for t in leaves if t is not None])
+    return results, grads
+
+
+@pytest.mark.parametrize("first", [True, False])
+def test_layer_math_compiles_as_one_graph_each_and_matches_uncompiled(first):
+    """torch.compile takes recurrence_inputs and read_out whole (fullgraph), here with the ``aot_eager`` backend (the
+    traced forward and backward graphs, no code generated: CI's CPU need not have a C++ compiler): every output and
+    gradient as the uncompiled functions'."""
+    inputs, outs = layer_inputs(first)
+    compiled = [lambda *a, c=c: c(*a, fallback=False, compiler="aot_eager")
+                for c in (RECURRENCE_INPUTS_COMPILED, READ_OUT_COMPILED)]
+    got, got_grads = run_layer_math(*compiled, inputs, outs)
+    want, want_grads = run_layer_math(recurrence_inputs, read_out, inputs, outs)
+    assert len(got_grads) == (12 if first else 14)
+    for g, w in zip(got + got_grads, want + want_grads):
+        torch.testing.assert_close(g, w, rtol=1e-6, atol=1e-6)
+
+
+def test_evaluation_and_cpu_run_the_layer_math_uncompiled():
+    layer = RWKV7(32, layer_idx=1, head_dim=16)
+    backend.clear()
+    layer(torch.randn(2, 8, 32))
+    assert backend.last_backend("rwkv7_layer") == backend.NAIVE
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("layer_idx", [0, 1])
+def test_training_on_gpu_runs_the_compiled_layer_math(layer_idx):
+    """Training's call (bf16 autocast, gradients on) on a GPU runs the compiled functions, and the layer's output and
+    every parameter's gradient match the uncompiled layer's up to the fused kernels' rounding; evaluation (no
+    gradients) runs uncompiled."""
+    torch.manual_seed(0)
+    layer = RWKV7(128, layer_idx=layer_idx, head_dim=64).cuda()
+    torch.nn.init.normal_(layer.o_proj.weight, std=0.05)  # it starts at zero, as in fla
+    for lora in (layer.w_lora, layer.a_lora, layer.g_lora, layer.v_lora):
+        if lora is not None:
+            torch.nn.init.normal_(lora.down.weight, std=0.05)
+    x = torch.randn(4, 100, 128, device="cuda")
+    v_first = torch.randn(4, 100, 128, device="cuda", dtype=torch.bfloat16)  # layer 0's value under autocast
+
+    def step(compiled: bool):
+        layer.zero_grad()
+        backend.clear()
+        uncompiled = lambda functions, *args: functions.fn(*args)  # noqa: E731
+        with torch.autocast("cuda", dtype=torch.bfloat16), \
+                patch("zoo.mixers.rwkv7.compiled_in_training", uncompiled) if not compiled else nullcontext():
+            y = layer(x, {"v_first": v_first})
+        assert backend.last_backend("rwkv7_layer") == ("compiled" if compiled else None)
+        torch.manual_seed(1)
+        (y.float() * torch.randn_like(y, dtype=torch.float32)).sum().backward()
+        return y.float(), {n: p.grad.float().clone() for n, p in layer.named_parameters() if p.grad is not None}
+
+    got, got_grads = step(True)
+    want, want_grads = step(False)
+    assert got_grads.keys() == want_grads.keys()
+    scale = want.abs().max().item()
+    torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-2 * scale)
+    for name, w in want_grads.items():
+        err = ((got_grads[name].double() - w.double()).norm() / w.double().norm().clamp_min(1e-12)).item()
+        assert err < 2e-2, (name, err)
+    with torch.no_grad():
+        layer(x, {"v_first": v_first})
+    assert backend.last_backend("rwkv7_layer") == backend.NAIVE

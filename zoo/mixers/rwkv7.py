@@ -9,6 +9,9 @@ Layer 0's values ``v_first`` travel to later layers through the model's ``layer_
 mixed into their values. The recurrence is ``zoo.kernels.rwkv7.rwkv7``: fla's ``chunk_rwkv7`` on GPU (zoo's Triton
 fused recurrence where fla's chunks are unreliable), the PyTorch recurrence on CPU. The six token-shift mixes of the
 input (x + (x_{t-1} - x) * x_*) are ``zoo.kernels.token_shift.token_shift_mix``: one Triton kernel each way on GPU.
+The elementwise work between the projections and the recurrence (``recurrence_inputs``) and after it
+(``read_out``) is a few dozen small PyTorch ops each way; in training on a GPU each of the two runs compiled by
+``torch.compile`` (Inductor fuses it into a few kernels), uncompiled where compiling fails (said once) and on CPU.
 """
 from __future__ import annotations
 
@@ -18,8 +21,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from zoo.kernels import backend
 from zoo.kernels.autocast import matmul_dtype
-from zoo.kernels.layer_norm import layer_norm
+from zoo.kernels.backend import Compiled
 from zoo.kernels.rwkv7 import rwkv7
 from zoo.kernels.token_shift import token_shift_mix
 from zoo.errors import ConfigError
@@ -55,6 +59,58 @@ def default_rank(d_model: int, head_dim: int, scale: float, per_head: bool = Tru
     multiple of 32, at least 32."""
     factor = head_dim / 64 if per_head else 1.0
     return max(32, int(round(scale * d_model ** 0.5 * factor / 32) * 32))
+
+
+def recurrence_inputs(k: torch.Tensor, w_raw: torch.Tensor, a_raw: torch.Tensor, v: torch.Tensor,
+                      v_first: torch.Tensor | None, v_raw: torch.Tensor | None, k_k: torch.Tensor, k_a: torch.Tensor,
+                      n_heads: int) -> tuple[torch.Tensor, ...]:
+    """The recurrence's w, k, v, a, b [B, L, H, K] from the layer's projections [B, L, D]: the key ``k``, the decay
+    and in-context-learning-rate LoRAs' outputs ``w_raw`` and ``a_raw``, the value ``v``; after layer 0 also layer
+    0's value ``v_first`` and the value-mix LoRA's output ``v_raw`` (None in layer 0). ``k_k``, ``k_a``: [D].
+
+    w = -W_SCALE sigmoid(w_raw) (float32); the value mixed towards ``v_first`` by sigmoid(v_raw); kk, the key
+    scaled by ``k_k`` and normalised per head, gives a = -kk and b = kk * iclr; the key is scaled by
+    1 + (iclr - 1) k_a.
+    """
+    Bt, L, D = k.shape
+    heads = (Bt, L, n_heads, D // n_heads)
+    w = -W_SCALE * torch.sigmoid(w_raw.float())
+    if v_raw is not None:
+        v = torch.lerp(v, v_first, torch.sigmoid(v_raw))
+    iclr = torch.sigmoid(a_raw)
+    kk = F.normalize((k * k_k).view(heads).float(), dim=-1).to(k.dtype)
+    k = k * (1 + (iclr - 1) * k_a)
+    return w.view(heads), k.view(heads), v.view(heads), -kk, kk * iclr.view(heads)
+
+
+def read_out(o: torch.Tensor, r: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
+             r_k: torch.Tensor, norm_weight: torch.Tensor, norm_bias: torch.Tensor, eps: float,
+             out_dtype: torch.dtype) -> torch.Tensor:
+    """The recurrence's output o [B, L, H, V] -> [B, L, D] in ``out_dtype``, before the output projection: each
+    head's o layer-normed (the output GroupNorm, one group per head: ``norm_weight``, ``norm_bias`` [D]), plus the
+    current token's "bonus" ((r * k * r_k) summed over K) * v, times the output gate ``g`` [B, L, D]; r, k, v
+    [B, L, H, K], r_k [H, K]. Float32 math."""
+    H, K = r_k.shape
+    o = F.layer_norm(o.float(), (K,), eps=eps) * norm_weight.view(H, K) + norm_bias.view(H, K)
+    o = o + (r * k * r_k).sum(-1, keepdim=True).float() * v.float()
+    return (o.flatten(2) * g.float()).to(out_dtype)
+
+
+RECURRENCE_INPUTS_COMPILED = Compiled(recurrence_inputs, "RWKV-7's recurrence inputs")
+READ_OUT_COMPILED = Compiled(read_out, "RWKV-7's read-out")
+
+
+def compiled_in_training(compiled: Compiled, *args):
+    """``compiled.fn(*args)``, compiled when it is a training step on a GPU (tensors on CUDA, gradients on), else
+    uncompiled: evaluation, whose batch shapes would each compile anew, runs forward only and costs little.
+    ``zoo.kernels.backend.last_backend("rwkv7_layer")`` says which ran."""
+    if args[0].is_cuda and torch.is_grad_enabled() and not torch.compiler.is_compiling():
+        out = compiled(*args)
+        if out is not None:
+            backend.record("rwkv7_layer", "compiled")
+            return out
+    backend.record("rwkv7_layer", backend.NAIVE)
+    return compiled.fn(*args)
 
 
 @register_mixer("rwkv7")
@@ -131,26 +187,21 @@ class RWKV7(nn.Module):
         mixes = torch.stack([self.x_r, self.x_w, self.x_k, self.x_v, self.x_a, self.x_g])
         xr, xw, xk, xv, xa, xg = token_shift_mix(x, mixes, out_dtype=matmul_dtype(x))
         r, k, v = self.r_proj(xr), self.k_proj(xk), self.v_proj(xv)
-        w = -W_SCALE * torch.sigmoid(self.w_lora(xw).float())
         if self.layer_idx == 0 or self.v_lora is None:
             if layer_state is not None:
                 layer_state["v_first"] = v
+            v_first = v_raw = None
         else:
             v_first = v if layer_state is None else layer_state.setdefault("v_first", v)
-            v = torch.lerp(v, v_first, torch.sigmoid(self.v_lora(xv)))
-        a = torch.sigmoid(self.a_lora(xa))
-        g = self.g_lora(xg)
-        kk = F.normalize((k * self.k_k).view(Bt, L, H, K).float(), dim=-1).to(k.dtype)
-        k = k * (1 + (a - 1) * self.k_a)
-        r, k, v, a, w = (t.view(Bt, L, H, K) for t in (r, k, v, a, w))
-        o = rwkv7(r, w, k, v, -kk, kk * a, w_min=-W_SCALE)
-        # g_norm is a GroupNorm with one group per head, i.e. a LayerNorm over each head's K values: zoo's norm
-        # kernel per (token, head) row, then the per-channel affine (PyTorch's GroupNorm backward for its weight
-        # and bias was the slowest kernel of this layer's step on an H100)
-        o = layer_norm(o.float(), None, None, self.g_norm.eps)
-        o = o * self.g_norm.weight.view(H, K) + self.g_norm.bias.view(H, K)
-        o = o + (r * k * self.r_k).sum(-1, keepdim=True).float() * v.float()  # the "bonus" of the current token
-        return self.o_proj((o.reshape(Bt, L, D) * g.float()).to(x.dtype))
+            v_raw = self.v_lora(xv)
+        w, k, v, a, b = compiled_in_training(RECURRENCE_INPUTS_COMPILED, k, self.w_lora(xw), self.a_lora(xa), v,
+                                             v_first, v_raw, self.k_k, self.k_a, H)
+        o = rwkv7(r.view(Bt, L, H, K), w, k, v, a, b, w_min=-W_SCALE)
+        # the output GroupNorm as a LayerNorm over each head's K values, with the per-channel affine after it (PyTorch's
+        # GroupNorm backward for its weight and bias was the slowest kernel of this layer's step on an H100)
+        y = compiled_in_training(READ_OUT_COMPILED, o, r.view(Bt, L, H, K), k, v, self.g_lora(xg), self.r_k,
+                                 self.g_norm.weight, self.g_norm.bias, self.g_norm.eps, x.dtype)
+        return self.o_proj(y)
 
     def state_size(self, seq_len: int) -> int:
         """Values per sequence: H (K, V) states plus the previous token for the shift: ``H K^2 + D``."""
