@@ -109,6 +109,6 @@ def test_training_on_gpu_runs_the_compiled_layer_math(layer_idx):
     for name, w in want_grads.items():
         err = ((got_grads[name].double() - w.double()).norm() / w.double().norm().clamp_min(1e-12)).item()
         assert err < 2e-2, (name, err)
-    with torch.no_grad():
+    with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
         layer(x, {"v_first": v_first})
     assert backend.last_backend("rwkv7_layer") == backend.NAIVE
