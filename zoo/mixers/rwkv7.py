@@ -106,7 +106,10 @@ def compiled_in_training(compiled: Compiled, *args):
     """``compiled.fn(*args)``, compiled when it is a training step on a GPU (tensors on CUDA, gradients on), else
     uncompiled: evaluation, whose batch shapes would each compile anew, runs forward only and costs little.
     ``zoo.kernels.backend.last_backend("rwkv7_layer")`` says which ran."""
-    if args[0].is_cuda and torch.is_grad_enabled() and not torch.compiler.is_compiling():
+    if args[0].is_cuda and torch.is_grad_enabled():
+        if torch.compiler.is_compiling():  # traced into a model compiled as a whole, whose compile fuses it
+            backend.record("rwkv7_layer", "compiled")
+            return compiled.fn(*args)
         out = compiled(*args)
         if out is not None:
             backend.record("rwkv7_layer", "compiled")
