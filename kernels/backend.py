@@ -162,7 +162,8 @@ class Compiled:
     """``fn`` through ``torch.compile`` (``fullgraph=True, dynamic=False``: one graph per input shape and dtype),
     compiled on first use for each torch.compile backend (``compiler``) asked for; ``what`` names it in the log.
 
-    ``compiled(*args, fallback=True, compiler="inductor")`` returns ``fn(*args)`` compiled. With ``fallback``, a
+    ``compiled(*args, fallback=True, compiler="inductor")`` returns ``fn(*args)`` compiled; traced into a model that
+    is compiled as a whole, ``fn(*args)`` as it is, which that compile fuses. With ``fallback``, a
     failure to compile is said once, in one line, and this call and every later one in the process return None (the
     caller runs ``fn`` uncompiled; if that fails too, its error is the real one). Without it, the error is raised.
     Either way only the forward's compile is caught: torch compiles the backward at its first call, inside
@@ -175,6 +176,8 @@ class Compiled:
         self._by_compiler: dict = {}
 
     def __call__(self, *args, fallback: bool = True, compiler: str = "inductor"):
+        if torch.compiler.is_compiling():
+            return self.fn(*args)
         if fallback and self.failed:
             return None
         if compiler not in self._by_compiler:

@@ -25,9 +25,6 @@ def ssd(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: 
     None -> y: [Bt, L, H, P] in x's dtype."""
     check_backend(backend, BACKENDS)
     if backend == COMPILED or (backend == "auto" and x.is_cuda):  # not on a CPU: there it would time the C++ compiler
-        if torch.compiler.is_compiling():  # traced into a compiled model: its compile fuses the chunked form
-            record("ssd", COMPILED)
-            return ssd_chunked(x, dt, A, B, C, D)
         y = ssd_compiled(x, dt, A, B, C, D, fallback=backend == "auto")
         if y is not None:
             record("ssd", COMPILED)

@@ -107,9 +107,6 @@ def compiled_in_training(compiled: Compiled, *args):
     uncompiled: evaluation, whose batch shapes would each compile anew, runs forward only and costs little.
     ``zoo.kernels.backend.last_backend("rwkv7_layer")`` says which ran."""
     if args[0].is_cuda and torch.is_grad_enabled():
-        if torch.compiler.is_compiling():  # traced into a model compiled as a whole, whose compile fuses it
-            backend.record("rwkv7_layer", "compiled")
-            return compiled.fn(*args)
         out = compiled(*args)
         if out is not None:
             backend.record("rwkv7_layer", "compiled")
@@ -201,10 +198,11 @@ class RWKV7(nn.Module):
             v_raw = self.v_lora(xv)
         w, k, v, a, b = compiled_in_training(RECURRENCE_INPUTS_COMPILED, k, self.w_lora(xw), self.a_lora(xa), v,
                                              v_first, v_raw, self.k_k, self.k_a, H)
-        o = rwkv7(r.view(Bt, L, H, K), w, k, v, a, b, w_min=-W_SCALE)
+        r = r.view(Bt, L, H, K)
+        o = rwkv7(r, w, k, v, a, b, w_min=-W_SCALE)
         # the output GroupNorm as a LayerNorm over each head's K values, with the per-channel affine after it (PyTorch's
         # GroupNorm backward for its weight and bias was the slowest kernel of this layer's step on an H100)
-        y = compiled_in_training(READ_OUT_COMPILED, o, r.view(Bt, L, H, K), k, v, self.g_lora(xg), self.r_k,
+        y = compiled_in_training(READ_OUT_COMPILED, o, r, k, v, self.g_lora(xg), self.r_k,
                                  self.g_norm.weight, self.g_norm.bias, self.g_norm.eps, x.dtype)
         return self.o_proj(y)
 
