@@ -31,8 +31,8 @@ def layer_inputs(first: bool, device="cpu", dtype=torch.float32, B=2, L=8, D=32,
     t = lambda *shape: torch.randn(*shape, device=device, dtype=dtype)  # noqa: E731
     k, w_raw, a_raw, v = t(B, L, D), t(B, L, D), t(B, L, D), t(B, L, D)
     v_first, v_raw = (None, None) if first else (t(B, L, D), t(B, L, D))
-    k_k, k_a = (torch.rand(D, device=device) for _ in range(2))
-    inputs = (k, w_raw, a_raw, v, v_first, v_raw, k_k, k_a)
+    w_bias, a_bias, v_bias, k_k, k_a = (torch.randn(D, device=device) for _ in range(5))
+    inputs = (k, w_raw, w_bias, a_raw, a_bias, v, v_first, v_raw, None if first else v_bias, k_k, k_a)
     o, r, g = t(B, L, H, D // H).float(), t(B, L, H, D // H), t(B, L, D)
     return inputs, (o, r, g, torch.randn(H, D // H, device=device), torch.rand(D, device=device) + 0.5,
                     torch.randn(D, device=device))
@@ -42,8 +42,8 @@ def run_layer_math(inputs_fn, read_out_fn, inputs, outs, H=2):
     """The recurrence inputs and a read-out of them (with the recurrence's output o standing in), and the gradients
     of a fixed projection of everything with respect to every tensor."""
     leaves = [t.detach().requires_grad_() if t is not None else None for t in inputs + outs]
-    k, w_raw, a_raw, v, v_first, v_raw, k_k, k_a, o, r, g, r_k, weight, bias = leaves
-    w, k2, v2, a, b = inputs_fn(k, w_raw, a_raw, v, v_first, v_raw, k_k, k_a, H)
+    *recurrence_args, o, r, g, r_k, weight, bias = leaves
+    w, k2, v2, a, b = inputs_fn(*recurrence_args, H)
     y = read_out_fn(o, r, k2, v2, g, r_k, weight, bias, 1e-5, torch.float32)
     results = (w, k2, v2, a, b, y)
     torch.manual_seed(1)
@@ -62,7 +62,7 @@ def test_layer_math_compiles_as_one_graph_each_and_matches_uncompiled(first):
                 for c in (RECURRENCE_INPUTS_COMPILED, READ_OUT_COMPILED)]
     got, got_grads = run_layer_math(*compiled, inputs, outs)
     want, want_grads = run_layer_math(recurrence_inputs, read_out, inputs, outs)
-    assert len(got_grads) == (12 if first else 14)
+    assert len(got_grads) == (14 if first else 17)
     for g, w in zip(got + got_grads, want + want_grads):
         torch.testing.assert_close(g, w, rtol=1e-6, atol=1e-6)
 

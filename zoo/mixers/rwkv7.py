@@ -52,8 +52,12 @@ class LoRA(nn.Module):
             nn.init.orthogonal_(self.up.weight, gain=0.1 * max(1.0, math.sqrt(rank / d_out)))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = self.up(self.act(self.down(x)))
+        y = self.low_rank(x)
         return y if self.bias is None else y + self.bias.to(y.dtype)
+
+    def low_rank(self, x: torch.Tensor) -> torch.Tensor:
+        """The output without the bias, for a caller that adds it inside its own fused math."""
+        return self.up(self.act(self.down(x)))
 
 
 def default_rank(d_model: int, head_dim: int, scale: float, per_head: bool = True) -> int:
@@ -63,23 +67,26 @@ def default_rank(d_model: int, head_dim: int, scale: float, per_head: bool = Tru
     return max(32, int(round(scale * d_model ** 0.5 * factor / 32) * 32))
 
 
-def recurrence_inputs(k: torch.Tensor, w_raw: torch.Tensor, a_raw: torch.Tensor, v: torch.Tensor,
-                      v_first: torch.Tensor | None, v_raw: torch.Tensor | None, k_k: torch.Tensor, k_a: torch.Tensor,
+def recurrence_inputs(k: torch.Tensor, w_raw: torch.Tensor, w_bias: torch.Tensor, a_raw: torch.Tensor,
+                      a_bias: torch.Tensor, v: torch.Tensor, v_first: torch.Tensor | None, v_raw: torch.Tensor | None,
+                      v_bias: torch.Tensor | None, k_k: torch.Tensor, k_a: torch.Tensor,
                       n_heads: int) -> tuple[torch.Tensor, ...]:
     """The recurrence's w, k, v, a, b [B, L, H, K] from the layer's projections [B, L, D]: the key ``k``, the decay
-    and in-context-learning-rate LoRAs' outputs ``w_raw`` and ``a_raw``, the value ``v``; after layer 0 also layer
-    0's value ``v_first`` and the value-mix LoRA's output ``v_raw`` (None in layer 0). ``k_k``, ``k_a``: [D].
+    and in-context-learning-rate LoRAs' outputs before their biases, ``w_raw`` and ``a_raw``, the value ``v``; after
+    layer 0 also layer 0's value ``v_first`` and the value-mix LoRA's output ``v_raw`` before its bias (None in layer
+    0). The biases ``w_bias``, ``a_bias``, ``v_bias``, ``k_k``, ``k_a``: [D].
 
-    w = -W_SCALE sigmoid(w_raw) (float32); the value mixed towards ``v_first`` by sigmoid(v_raw); kk, the key
-    scaled by ``k_k`` and normalised per head, gives a = -kk and b = kk * iclr; the key is scaled by
-    1 + (iclr - 1) k_a.
+    w = -W_SCALE sigmoid(w_raw + w_bias) (float32); the value mixed towards ``v_first`` by sigmoid(v_raw + v_bias);
+    iclr = sigmoid(a_raw + a_bias); kk, the key scaled by ``k_k`` and normalised per head, gives a = -kk and
+    b = kk * iclr; the key is scaled by 1 + (iclr - 1) k_a. The biases are added here, in float32, rather than in
+    the LoRAs: compiled, their gradients' sums over B * L rows fuse into this function's backward kernels.
     """
     Bt, L, D = k.shape
     heads = (Bt, L, n_heads, D // n_heads)
-    w = -W_SCALE * torch.sigmoid(w_raw.float())
+    w = -W_SCALE * torch.sigmoid(w_raw.float() + w_bias)
     if v_raw is not None:
-        v = torch.lerp(v, v_first, torch.sigmoid(v_raw))
-    iclr = torch.sigmoid(a_raw)
+        v = torch.lerp(v, v_first, torch.sigmoid(v_raw.float() + v_bias).to(v.dtype))
+    iclr = torch.sigmoid(a_raw.float() + a_bias).to(a_raw.dtype)
     kk = F.normalize((k * k_k).view(heads).float(), dim=-1).to(k.dtype)
     k = k * (1 + (iclr - 1) * k_a)
     return w.view(heads), k.view(heads), v.view(heads), -kk, kk * iclr.view(heads)
@@ -192,12 +199,13 @@ class RWKV7(nn.Module):
         if self.layer_idx == 0 or self.v_lora is None:
             if layer_state is not None:
                 layer_state["v_first"] = v
-            v_first = v_raw = None
+            v_first = v_raw = v_bias = None
         else:
             v_first = v if layer_state is None else layer_state.setdefault("v_first", v)
-            v_raw = self.v_lora(xv)
-        w, k, v, a, b = compiled_in_training(RECURRENCE_INPUTS_COMPILED, k, self.w_lora(xw), self.a_lora(xa), v,
-                                             v_first, v_raw, self.k_k, self.k_a, H)
+            v_raw, v_bias = self.v_lora.low_rank(xv), self.v_lora.bias
+        w, k, v, a, b = compiled_in_training(
+            RECURRENCE_INPUTS_COMPILED, k, self.w_lora.low_rank(xw), self.w_lora.bias, self.a_lora.low_rank(xa),
+            self.a_lora.bias, v, v_first, v_raw, v_bias, self.k_k, self.k_a, H)
         r = r.view(Bt, L, H, K)
         o = rwkv7(r, w, k, v, a, b, w_min=-W_SCALE)
         # the output GroupNorm as a LayerNorm over each head's K values, with the per-channel affine after it (PyTorch's
