@@ -1,0 +1,45 @@
+"""The GPU results committed under results/: each folder's records belong to its sweep as the sweep file defines it
+now, every run's last record is a finished run, the committed leaderboard is what ``zoo.leaderboard`` makes of the
+records, and the README's run count is the records' count. A results commit that forgets to regenerate the
+leaderboard, or a sweep edit that would orphan finished runs (their ids change, so a rerun would not skip them),
+fails here."""
+import io
+import re
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from zoo.leaderboard import leaderboard, load_records
+from zoo.results import final_records
+from zoo.sweep import load_sweep
+
+ROOT = Path(__file__).resolve().parents[1]
+FOLDERS = sorted(p.parent.name for p in (ROOT / "results").glob("*/results.jsonl"))
+
+
+def test_every_sweep_results_folder_is_checked():
+    assert FOLDERS == ["mad_recall", "mqar", "state_tracking", "swa_window"]
+
+
+@pytest.mark.parametrize("name", FOLDERS)
+def test_records_are_finished_runs_of_the_sweep(name, tmp_path):
+    sweep_ids = {run.id for run in load_sweep(ROOT / "sweeps" / f"{name}.yaml", out=str(tmp_path), lazy=True).runs}
+    records = final_records(ROOT / "results" / name)
+    assert set(records) <= sweep_ids
+    assert {r["status"] for r in records.values()} == {"completed"}
+    title = (ROOT / "results" / name / "README.md").read_text().splitlines()[0]
+    counts = [int(n) for n in re.findall(r"(\d+) (?:of \d+ )?runs", title)]
+    assert counts == [len(records)], title
+    partial = re.search(r"(\d+) of (\d+) runs", title)
+    assert partial is None or int(partial.group(2)) == len(sweep_ids), title
+
+
+@pytest.mark.parametrize("name", FOLDERS)
+def test_committed_leaderboard_is_regenerated_from_the_records(name):
+    folder = ROOT / "results" / name
+    csv = io.StringIO()
+    leaderboard(load_records(folder)).to_csv(csv, index=False)
+    csv.seek(0)
+    pd.testing.assert_frame_equal(pd.read_csv(csv), pd.read_csv(folder / "leaderboard.csv"), check_exact=False,
+                                  rtol=1e-9)
