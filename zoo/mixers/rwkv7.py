@@ -12,8 +12,8 @@ input (x + (x_{t-1} - x) * x_*) are ``zoo.kernels.token_shift.token_shift_mix``:
 The elementwise work between the projections and the recurrence (``recurrence_inputs``) and after it
 (``read_out``) is a few dozen small PyTorch ops each way; in training on a GPU each of the two runs compiled by
 ``torch.compile`` (Inductor fuses it into a few kernels; on an H100 the GPU time of the model's elementwise,
-reduction and norm kernels fell from 2.56 s to 1.12 s an epoch of the figure-2 cell), uncompiled where compiling fails (said once), in
-evaluation and on CPU.
+reduction and norm kernels fell from 2.56 s to 1.12 s an epoch of the figure-2 cell), uncompiled where compiling
+fails (said once), in evaluation and on CPU.
 """
 from __future__ import annotations
 
