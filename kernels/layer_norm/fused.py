@@ -31,6 +31,7 @@ import triton
 import triton.language as tl
 
 from zoo.kernels.layout import resident_programs
+from zoo.kernels.partial_sums import sum_rows
 
 TILE = 4096  # values per program and tile: 16 per thread with 8 warps
 NUM_WARPS = 8
@@ -203,7 +204,7 @@ class _Norm(torch.autograd.Function):
             x3, z3, weight, bias, dy3, ds, mean, rstd, dx, dr, dz, dw, db, M, H, N, x3.stride(0), x3.stride(1),
             z_s0, z_s1, dy3.stride(0), dy3.stride(1), per_program,
             RMS=ctx.rms, ROWS=rows, BLOCK_N=block_n, num_warps=NUM_WARPS)
-        sums = partial.sum(1) if wanted else None
+        sums = sum_rows(partial) if wanted else None
         dw = None if dw is None else sums[wanted.index(2)].to(weight.dtype)
         db = None if db is None else sums[wanted.index(3)].to(bias.dtype)
         return dx, dr, dw, db, dz, None, None, None, None

@@ -24,6 +24,7 @@ import triton.language as tl
 
 from zoo.kernels.autocast import matmul_dtype
 from zoo.kernels.layout import resident_programs
+from zoo.kernels.partial_sums import sum_rows
 
 TILE = 4096  # values per program and loop step: 16 per thread with 8 warps
 MAX_BLOCK_N = 128  # columns per program: a row of bf16 gradient is then one 256-byte read
@@ -58,7 +59,7 @@ def column_sum(x: torch.Tensor) -> torch.Tensor:
     partial = torch.empty(programs, N, dtype=torch.float32, device=x.device)
     _bias_grad_column_sum_kernel[(programs, column_blocks)](x, partial, M, N, x.stride(0), per_program,
                                                             ROWS=rows, BLOCK_N=block_n, num_warps=NUM_WARPS)
-    return partial.sum(0)
+    return sum_rows(partial)
 
 
 class _Linear(torch.autograd.Function):

@@ -1,0 +1,44 @@
+"""``zoo.kernels.partial_sums.sum_rows`` (interpreted on CPU): the sum over the rows of [..., P, N] float32
+partial sums against ``torch.sum`` in float64, at row and column counts off the kernel's tile sizes; the same
+bits on a second call; empty inputs; a non-float32 input refused."""
+import pytest
+import torch
+
+from zoo.kernels.partial_sums import MAX_BLOCK_N, TILE, sum_rows
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (3, 5), (33, 64), (TILE // MAX_BLOCK_N + 1, MAX_BLOCK_N + 3),
+                                   (2, 7, 130), (2, 3, 5, 9)])
+def test_sum_rows_matches_torch(shape):
+    partial = torch.randn(*shape, generator=torch.Generator().manual_seed(sum(shape)))
+    got = sum_rows(partial)
+    assert got.dtype == torch.float32 and got.shape == shape[:-2] + shape[-1:]
+    torch.testing.assert_close(got.double(), partial.double().sum(-2), rtol=1e-6, atol=1e-6)
+    assert torch.equal(sum_rows(partial), got)
+
+
+def test_sum_rows_reads_a_non_contiguous_view():
+    wide = torch.randn(2, 40, 30)
+    view = wide.transpose(0, 1)[:, :, 3:20].transpose(0, 1)  # [2, 40, 17], strided
+    torch.testing.assert_close(sum_rows(view), view.sum(-2), rtol=1e-5, atol=1e-5)
+
+
+def test_empty_inputs_sum_to_zeros():
+    assert torch.equal(sum_rows(torch.empty(0, 4)), torch.zeros(4))
+    assert torch.equal(sum_rows(torch.empty(2, 0, 3)), torch.zeros(2, 3))
+    assert sum_rows(torch.empty(3, 0)).shape == (0,)
+
+
+def test_sum_rows_refuses_other_dtypes():
+    with pytest.raises(TypeError, match="float32"):
+        sum_rows(torch.zeros(2, 2, dtype=torch.bfloat16))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+def test_gpu_sum_rows_at_the_shapes_of_the_training_step():
+    for shape in [(176, 384), (176, 128), (2, 528, 128), (3, 1000, 513)]:
+        partial = torch.randn(*shape, device="cuda")
+        got = sum_rows(partial)
+        torch.testing.assert_close(got.double(), partial.double().sum(-2), rtol=1e-6, atol=1e-5)
+        assert torch.equal(sum_rows(partial), got)
