@@ -7,7 +7,9 @@ partial [P, N]; summing the P rows finishes the gradient, with no atomics, so it
 Why a kernel for that sum: ``partial.sum(0)`` of a few hundred rows and up to a few hundred columns runs as
 PyTorch's generic reduction, which took about 11 us each in softmax's step (8 of them a step, 0.034 s of an
 epoch's 0.619 s of GPU time; one H100 80GB, MQAR N=256, d_model=128, batch 256, ``python -m zoo.bench.profile``).
-Here each program owns a block of columns and adds the P rows in tiles of ``ROWS``, in a fixed order.
+Here each program owns a narrow block of columns (so that even N = 128 gives several programs) and adds the P
+rows in tiles of up to ``TILE // BLOCK_N`` rows, a few loop steps for the P of a few hundred these kernels write,
+in a fixed order. Meant for such P: a sum over thousands of rows would want its rows split between programs too.
 
 Shapes: partial [..., P, N] float32 -> [..., N] float32.
 """
@@ -19,9 +21,9 @@ import torch
 import triton
 import triton.language as tl
 
-MAX_BLOCK_N = 64  # columns per program: at N = 384, 6 programs per sum
-TILE = 2048  # values a program adds per loop step: 16 per thread with 4 warps
-NUM_WARPS = 4
+MAX_BLOCK_N = 16  # columns per program: 64-byte runs of a row, and 24 programs at N = 384, 8 per group at N = 128
+TILE = 4096  # values a program adds per loop step: 16 per thread with 8 warps, so up to 256 rows a step
+NUM_WARPS = 8
 
 
 @triton.jit
