@@ -50,6 +50,8 @@ import torch
 import triton
 import triton.language as tl
 
+from zoo.kernels.partial_sums import sum_rows
+
 # Largest (Bt, L + 1, E, N) float32 state tensor a call keeps for the store-all backward; above it the chunked mode
 # keeps 1/CHUNK of it. The measured shape in the docstring keeps 1 GiB a layer, well inside. The budget is per call,
 # so a deep model near it keeps a multiple of it and may want it lower. It must stay at most 8 GiB (2^31 float32):
@@ -358,9 +360,10 @@ class SelectiveScanFunction(torch.autograd.Function):
             N=N, BLOCK_E=block, CHUNK=CHUNK, STORE_ALL=ctx.store_all, HAS_D=D is not None, HAS_Z=z is not None,
             HAS_BIAS=delta_bias is not None, SOFTPLUS=ctx.delta_softplus,
             num_warps=launch.num_warps, num_stages=launch.num_stages)
-        # autograd casts each gradient to its input's dtype
-        return (gu, gdt, gA.sum(0), gB.sum(0), gC.sum(0), None if gD is None else gD.sum(0), gz,
-                None if gbias is None else gbias.sum(0), None, None)
+        # autograd casts each gradient to its input's dtype. The partials over sequences (Bt rows) are finished by
+        # zoo's row sum; gB's and gC's (ne rows of Bt L N values) by PyTorch's sum
+        return (gu, gdt, sum_rows(gA.view(Bsz, E * N)).view(E, N), gB.sum(0), gC.sum(0),
+                None if gD is None else sum_rows(gD), gz, None if gbias is None else sum_rows(gbias), None, None)
 
 
 def selective_scan(u: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor,

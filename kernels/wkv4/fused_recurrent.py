@@ -14,6 +14,8 @@ import torch
 import triton
 import triton.language as tl
 
+from zoo.kernels.partial_sums import sum_rows
+
 
 @triton.jit
 def _wkv4_fwd_kernel(w_ptr, u_ptr, k_ptr, v_ptr, y_ptr, logd_ptr, L, C, BLOCK_C: tl.constexpr):
@@ -115,10 +117,12 @@ class WKV4Function(torch.autograd.Function):
         w, u, k, v, y, logd = ctx.saved_tensors
         B, L, C = k.shape
         gk, gv = torch.empty_like(k), torch.empty_like(v)
-        gw, gu = y.new_empty(B, C), y.new_empty(B, C)
+        partial = y.new_empty(2, B, C)  # per-sequence partial sums of gw and gu, both finished by one sum over B
+        gw, gu = partial
         _wkv4_bwd_kernel[_grid(B, C, ctx.block)](w, u, k, v, y, logd, gy.contiguous(), gk, gv, gw, gu,
                                                  L, C, BLOCK_C=ctx.block)
-        return gw.sum(0), gu.sum(0), gk, gv
+        gw, gu = sum_rows(partial)
+        return gw, gu, gk, gv
 
 
 def wkv4(w: torch.Tensor, u: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
