@@ -1,15 +1,18 @@
 """The last step of zoo's deterministic column sums: per-program partial sums, summed over the programs.
 
-Several backward kernels (the biased projections' bias gradient in ``linear``, the norms' weight and bias
-gradients in ``layer_norm``) have a fixed set of programs each add its run of rows into one row of a float32
-partial [P, N]; summing the P rows finishes the gradient, with no atomics, so it is the same on every run.
+Several backward kernels (the bias gradient of ``linear``, the weight and bias gradients of ``layer_norm``, the
+filter gradient of ``short_conv``, the mixes' of ``token_shift``, WKV-4's w and u, the selective scan's A, D and dt
+bias) have each program (or sequence) add its share into one row of a float32 partial [P, N]; summing the P rows
+finishes the gradient, with no atomics, so it is the same on every run.
 
-Why a kernel for that sum: ``partial.sum(0)`` of a few hundred rows and up to a few hundred columns runs as
-PyTorch's generic reduction, which took about 11 us each in softmax's step (8 of them a step, 0.034 s of an
-epoch's 0.619 s of GPU time; one H100 80GB, MQAR N=256, d_model=128, batch 256, ``python -m zoo.bench.profile``).
-Here each program owns a narrow block of columns (so that even N = 128 gives several programs) and adds the P
-rows in tiles of up to ``TILE // BLOCK_N`` rows, a few loop steps for the P of a few hundred these kernels write,
-in a fixed order. Meant for such P: a sum over thousands of rows would want its rows split between programs too.
+Why a kernel for that sum: ``partial.sum(0)`` of a few hundred rows runs as PyTorch's generic reduction, a few
+microseconds each, several times a step. Here each program owns a narrow block of columns (so that even N = 128
+gives several programs) and adds the P rows in tiles of up to ``TILE // BLOCK_N`` rows, in a fixed order: a few
+loop steps for the P of a few hundred these kernels write. Measured on one H100 80GB (torch 2.11, Triton 3.6), 200
+calls captured in one CUDA graph, us per call, PyTorch's sum against this one: [176, 384] (softmax's qkv bias
+partials) 3.92 / 2.62, [176, 128] 4.03 / 2.91, [2, 528, 128] (a norm's weight and bias partials) 8.54 / 4.10,
+[2, 132, 128] 3.76 / 2.90, [1024, 1536] (the short conv's) 7.96 / 5.58. For softmax's step at the figure-2 cell
+(4 bias sums and 3 norm sums) that is about 18 us of its 1.6 ms.
 
 Shapes: partial [..., P, N] float32 -> [..., N] float32.
 """
