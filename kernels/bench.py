@@ -12,12 +12,14 @@ chunked form, in bf16; Mamba's selective scan for every launch choice (channels 
 stages) next to mamba-ssm's ``selective_scan_fn`` where it imports, the depthwise causal short conv against
 PyTorch's grouped conv1d, Hyena's gated long conv fused around its FFTs against the unfused composition, and the
 training loss (cross-entropy over the vocabulary at the labelled rows) against PyTorch's and fla's fused one, the
-residual stream's LayerNorm and the residual add fused into it against PyTorch's, and a biased projection (its
-bias gradient a Triton column sum) against ``F.linear``.
+residual stream's LayerNorm and the residual add fused into it against PyTorch's, a biased projection (its
+bias gradient a Triton column sum) against ``F.linear``, and the column sums' last step (``sum_rows`` of the
+per-program partial sums) against PyTorch's ``sum``, timed from a CUDA graph of many calls as in a training step.
 
     python -m zoo.kernels.bench --shapes 1,16,65536,64,512 256,2,512,64,256 --dtype bf16 --recurrences 128,128,2,64 \
         --rwkv7 256,256,2,64 128,512,2,64 --selective-scan 256,256,256,16 --short-conv 256,256,384,3 \
-        --gated-long-conv 256,256,128 128,512,64 --cross-entropy 4096,8192 --layer-norm 65536,128 --linear 65536,128,384
+        --gated-long-conv 256,256,128 128,512,64 --cross-entropy 4096,8192 --layer-norm 65536,128 --linear 65536,128,384 \
+        --sum-rows 1,176,384 2,528,128 1,1024,1536
 """
 from __future__ import annotations
 
@@ -35,6 +37,7 @@ from zoo.kernels.backend import FLA_CHUNK_MODULES_BROKEN_ON_HOPPER, fla_chunks_u
 from zoo.kernels.gatedfwa import gate_cumsum, gated_window_attention
 from zoo.kernels.gatedfwa.naive import gate_cumsum_ref
 from zoo.kernels.long_conv import gated_long_conv
+from zoo.kernels.partial_sums import sum_rows
 from zoo.kernels.rwkv7.fused_recurrent import Launch as Rwkv7Launch, rwkv7_fused
 from zoo.kernels.selective_scan import selective_scan as selective_scan_entry
 from zoo.kernels.selective_scan.fused_recurrent import Launch, selective_scan
@@ -351,6 +354,38 @@ def linear_rows(M, K, N):
             for name in ("triton", "naive")}
 
 
+def graph_timed_us(fn, calls: int = 200, replays: int = 5) -> float:
+    """Microseconds per call of ``fn()``: ``calls`` calls captured in one CUDA graph, the best of ``replays``
+    replays. For kernels of a few microseconds, whose launch from Python would dominate ``do_bench``, timed as a
+    training step's CUDA graph runs them (with the gaps between kernels)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up (Triton's compile) outside the capture
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(calls):
+            fn()
+    best = float("inf")
+    for _ in range(replays):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        torch.cuda.synchronize()
+        best = min(best, start.elapsed_time(end) * 1e3 / calls)
+    return best
+
+
+def sum_rows_rows(G, P, N):
+    """{name: us per call} of summing float32 partial sums [G, P, N] over P: ``sum_rows`` and ``torch.sum``."""
+    partial = torch.randn(G, P, N, device="cuda")
+    return {"sum_rows (triton)": graph_timed_us(lambda: sum_rows(partial)),
+            "torch.sum(-2)": graph_timed_us(lambda: partial.sum(-2))}
+
+
 def shape_of(names: str):
     """An argparse type: "1,2,3" -> (1, 2, 3), one positive int per comma-separated name in ``names``; "" -> None
     (the section is skipped). Anything else is an argparse error (exit 2) that names the expected form."""
@@ -391,6 +426,9 @@ def main(argv: list[str] | None = None):
                         help="residual stream shapes R,N (rows, d_model) of the norms and the fused residual add")
     parser.add_argument("--linear", nargs="*", type=shape_of("M,K,N"), default=[(65536, 128, 384)],
                         help="biased projection shapes M,K,N (rows, in, out)")
+    parser.add_argument("--sum-rows", nargs="*", type=shape_of("G,P,N"),
+                        default=[(1, 176, 384), (2, 528, 128), (1, 1024, 1536)],
+                        help="partial sums [G, P, N] summed over P (groups, programs' rows, columns)")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         raise SystemExit("zoo.kernels.bench needs a CUDA GPU")
@@ -440,6 +478,10 @@ def main(argv: list[str] | None = None):
     for M, K, N in filter(None, args.linear):
         print(f"\nbiased projection [{M}, {K}] -> [{M}, {N}], bf16 autocast")
         print_pairs(linear_rows(M, K, N))
+    for G, P, N in filter(None, args.sum_rows):
+        print(f"\nfloat32 partial sums [{G}, {P}, {N}] summed over {P} rows, us per call in a CUDA graph")
+        for name, us in sum_rows_rows(G, P, N).items():
+            print(f"{name:44s} {us:9.2f}")
 
 
 if __name__ == "__main__":

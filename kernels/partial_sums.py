@@ -6,13 +6,13 @@ bias) have each program (or sequence) add its share into one row of a float32 pa
 finishes the gradient, with no atomics, so it is the same on every run.
 
 Why a kernel for that sum: ``partial.sum(0)`` of a few hundred rows runs as PyTorch's generic reduction, a few
-microseconds each, several times a step. Here each program owns a narrow block of columns (so that even N = 128
-gives several programs) and adds the P rows in tiles of up to ``TILE // BLOCK_N`` rows, in a fixed order: a few
-loop steps for the P of a few hundred these kernels write. Measured on one H100 80GB (torch 2.11, Triton 3.6), 200
-calls captured in one CUDA graph, us per call, PyTorch's sum against this one: [176, 384] (softmax's qkv bias
-partials) 3.92 / 2.62, [176, 128] 4.03 / 2.91, [2, 528, 128] (a norm's weight and bias partials) 8.54 / 4.10,
-[2, 132, 128] 3.76 / 2.90, [1024, 1536] (the short conv's) 7.96 / 5.58. For softmax's step at the figure-2 cell
-(4 bias sums and 3 norm sums) that is about 18 us of its 1.6 ms.
+microseconds each, several times a step. Here each program owns a narrow block of columns (so that even N = 128 gives
+several programs) and adds the P rows in tiles of up to ``TILE // BLOCK_N`` rows, in a fixed order: a few loop steps
+for the P of a few hundred these kernels write. Measured on one H100 80GB (torch 2.11, Triton 3.6), 200 calls
+captured in one CUDA graph (as ``python -m zoo.kernels.bench --sum-rows`` times them), us per call, PyTorch's sum
+against this one: [176, 384] (softmax's qkv bias partials) 3.92 / 2.62, [176, 128] 4.03 / 2.91, [2, 528, 128] (a
+norm's weight and bias partials) 8.54 / 4.10, [2, 132, 128] 3.76 / 2.90, [1024, 1536] (the short conv's) 7.96 / 5.58.
+For softmax's step at the figure-2 cell (4 bias sums and 3 norm sums) that is about 18 us of its 1.6 ms.
 
 Shapes: partial [..., P, N] float32 -> [..., N] float32.
 """
