@@ -15,7 +15,7 @@ norm's weight and bias partials) 8.54 / 4.10, [2, 132, 128] 3.76 / 2.90, [1024, 
 For softmax's step at the figure-2 cell (4 bias sums and 3 norm sums) that is about 18 us of its 1.6 ms. (Those
 times include a fill of the output that the kernel no longer needs: it writes every entry.)
 
-Shapes: partial [..., P, N] float32 -> [..., N] float32.
+Shapes: ``sum_rows``: partial [..., P, N] float32 -> [..., N] float32; ``sum_first``: [P, ...] -> [...].
 """
 from __future__ import annotations
 
@@ -59,3 +59,8 @@ def sum_rows(partial: torch.Tensor) -> torch.Tensor:
     _sum_rows_kernel[(triton.cdiv(N, block_n), groups)](partial, out, P, N, ROWS=rows, BLOCK_N=block_n,
                                                          num_warps=NUM_WARPS)
     return out
+
+
+def sum_first(partial: torch.Tensor) -> torch.Tensor:
+    """partial [P, ...] float32 -> its sum over the first dim, [...] float32: ``sum_rows`` of the [P, rest] view."""
+    return sum_rows(partial.reshape(partial.shape[0], -1)).view(partial.shape[1:])

@@ -50,7 +50,7 @@ import torch
 import triton
 import triton.language as tl
 
-from zoo.kernels.partial_sums import sum_rows
+from zoo.kernels.partial_sums import sum_first
 
 # Largest (Bt, L + 1, E, N) float32 state tensor a call keeps for the store-all backward; above it the chunked mode
 # keeps 1/CHUNK of it. The measured shape in the docstring keeps 1 GiB a layer, well inside. The budget is per call,
@@ -362,8 +362,8 @@ class SelectiveScanFunction(torch.autograd.Function):
             num_warps=launch.num_warps, num_stages=launch.num_stages)
         # autograd casts each gradient to its input's dtype. The partials over sequences (Bt rows) are finished by
         # zoo's row sum; gB's and gC's (ne rows of Bt L N values) by PyTorch's sum
-        return (gu, gdt, sum_rows(gA.view(Bsz, E * N)).view(E, N), gB.sum(0), gC.sum(0),
-                None if gD is None else sum_rows(gD), gz, None if gbias is None else sum_rows(gbias), None, None)
+        return (gu, gdt, sum_first(gA), gB.sum(0), gC.sum(0),
+                None if gD is None else sum_first(gD), gz, None if gbias is None else sum_first(gbias), None, None)
 
 
 def selective_scan(u: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor,

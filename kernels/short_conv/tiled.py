@@ -26,7 +26,7 @@ import triton
 import triton.language as tl
 
 from zoo.kernels.layout import sequence_tile, time_tile
-from zoo.kernels.partial_sums import sum_rows
+from zoo.kernels.partial_sums import sum_first
 
 # Default tile. 64 channels are one 128-byte row of bf16 (a cache line) and divide the channel counts of the main
 # shapes (192 to 1536), so no lane idles; 64 times keep the K - 1 rows read again at a tile's border under 11% and
@@ -127,7 +127,7 @@ def short_conv_backward(dy, x, weight, bias, silu: bool, block_t: int, block_c: 
     _backward_kernel[grid](
         x, weight, g, dx, partial, x.shape[1], x.shape[2], *x.stride(), *g.stride(), *weight.stride(),
         partial.stride(0), K=K, HAS_BIAS=bias is not None, BLOCK_T=block_t, BLOCK_C=block_c, num_warps=NUM_WARPS)
-    sums = sum_rows(partial.view(partial.shape[0], -1)).view(partial.shape[1:])
+    sums = sum_first(partial)
     return dx, sums[:K].t().to(weight.dtype), None if bias is None else sums[K].to(bias.dtype)
 
 

@@ -25,7 +25,7 @@ import triton
 import triton.language as tl
 
 from zoo.kernels.layout import last_dim_contiguous, sequence_tile, time_tile
-from zoo.kernels.partial_sums import sum_rows
+from zoo.kernels.partial_sums import sum_first
 
 MAX_MIXES = 6  # pointer slots: RWKV-7's six mixes
 # Default tile: 64 channels are one 128-byte row of bf16 (a cache line); 64 times keep the row read twice at a
@@ -128,7 +128,7 @@ def token_shift_backward(dys, x, mixes, block_t: int, block_d: int) -> tuple[tor
     _backward_kernel[grid](
         x, mixes, *_slots(dys), dx, partial, x.shape[1], x.shape[2], x.stride(0), x.stride(1), partial.stride(0),
         BLOCK_T=block_t, BLOCK_D=block_d, num_warps=NUM_WARPS)
-    return dx, sum_rows(partial.view(partial.shape[0], -1)).view(mixes.shape).to(mixes.dtype)
+    return dx, sum_first(partial).to(mixes.dtype)
 
 
 class TokenShiftMixFunction(torch.autograd.Function):

@@ -121,8 +121,7 @@ class WKV4Function(torch.autograd.Function):
         gw, gu = partial
         _wkv4_bwd_kernel[_grid(B, C, ctx.block)](w, u, k, v, y, logd, gy.contiguous(), gk, gv, gw, gu,
                                                  L, C, BLOCK_C=ctx.block)
-        gw, gu = sum_rows(partial)
-        return gw, gu, gk, gv
+        return *sum_rows(partial), gk, gv
 
 
 def wkv4(w: torch.Tensor, u: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:

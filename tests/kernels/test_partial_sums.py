@@ -1,10 +1,10 @@
-"""``zoo.kernels.partial_sums.sum_rows`` (interpreted on CPU): the sum over the rows of [..., P, N] float32
-partial sums against ``torch.sum`` in float64, at row and column counts off the kernel's tile sizes; the same
-bits on a second call; empty inputs; a non-float32 input refused."""
+"""``zoo.kernels.partial_sums`` (interpreted on CPU): ``sum_rows``, the sum over the rows of [..., P, N] float32
+partial sums, and ``sum_first``, over the first dim, against ``torch.sum`` in float64, at row and column counts off
+the kernel's tile sizes; the same bits on a second call; empty inputs; a non-float32 input refused."""
 import pytest
 import torch
 
-from zoo.kernels.partial_sums import MAX_BLOCK_N, TILE, sum_rows
+from zoo.kernels.partial_sums import MAX_BLOCK_N, TILE, sum_first, sum_rows
 
 
 @pytest.mark.parametrize("shape", [(1, 1), (3, 5), (33, 64), (TILE // MAX_BLOCK_N + 1, MAX_BLOCK_N + 3),
@@ -21,6 +21,14 @@ def test_sum_rows_reads_a_non_contiguous_view():
     wide = torch.randn(2, 40, 30)
     view = wide.transpose(0, 1)[:, :, 3:20].transpose(0, 1)  # [2, 40, 17], strided
     torch.testing.assert_close(sum_rows(view), view.sum(-2), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("shape", [(5, 3), (7, 4, 6), (3, 2, 5, 9)])
+def test_sum_first_sums_the_first_dim(shape):
+    partial = torch.randn(*shape, generator=torch.Generator().manual_seed(sum(shape)))
+    got = sum_first(partial)
+    assert got.shape == shape[1:]
+    torch.testing.assert_close(got.double(), partial.double().sum(0), rtol=1e-5, atol=1e-5)
 
 
 def test_empty_inputs_sum_to_zeros():
