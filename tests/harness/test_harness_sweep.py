@@ -90,6 +90,37 @@ def test_a_group_out_of_gpu_memory_beside_others_is_queued_again(write_sweep, tm
     assert by_mixer["test_oom_once"]["error"].startswith("CUDA out of memory")
 
 
+@pytest.mark.parametrize("visible, slots", [(None, ["0", "1", "0", "1"]), ("5,7", ["5", "7", "5", "7"]),
+                                            ("GPU-aa, GPU-bb,3", ["GPU-aa", "GPU-bb", "GPU-aa", "GPU-bb"])])
+def test_workers_take_the_gpus_the_sweep_was_given(monkeypatch, tmp_path, visible, slots):
+    """Two workers per GPU on the GPUs this process sees: a sweep started with CUDA_VISIBLE_DEVICES=5,7 puts its
+    workers on GPUs 5 and 7 (each worker's CUDA_VISIBLE_DEVICES), not on 0 and 1, which may be someone else's."""
+    import torch
+
+    from zoo.backends import Options, local
+
+    class Started(Exception):
+        pass
+
+    given = []
+
+    class Recorder:  # stands in for a worker process: records its slot; the fourth stops the sweep
+        def __init__(self, slot, threads, log):
+            given.append(slot)
+            if len(given) == len(slots):
+                raise Started
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    if visible is None:
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    else:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    monkeypatch.setattr(local, "Worker", Recorder)
+    with pytest.raises(Started):
+        local.train([["a group"]], tmp_path, Options(runs_per_gpu=2), finish=None, running=None)
+    assert given == slots
+
+
 def test_workers_get_expandable_segments_unless_the_user_chose_an_allocator(monkeypatch, tmp_path):
     """Workers sharing a GPU run with PyTorch's expandable segments (less fragmentation as their caches come and
     go); a PYTORCH_CUDA_ALLOC_CONF the user set is passed on untouched."""

@@ -53,12 +53,24 @@ def default_workers_per_gpu() -> int:
     return min(WORKERS_PER_GPU, default_runs_per_gpu())
 
 
+def gpu_slots(n_gpus: int) -> list[str]:
+    """The ``CUDA_VISIBLE_DEVICES`` value that puts a worker on each of the ``n_gpus`` GPUs this process sees: the
+    entries of this process's own ``CUDA_VISIBLE_DEVICES`` when it is set (indices, UUIDs or MIG names), so a sweep
+    started with ``CUDA_VISIBLE_DEVICES=2,3`` trains on GPUs 2 and 3, not 0 and 1; else the indices 0 to n_gpus - 1.
+    CUDA counts only the entries up to the first invalid one, as many as ``torch.cuda.device_count()`` says."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is None:
+        return [str(g) for g in range(n_gpus)]
+    return [entry.strip() for entry in visible.split(",")][:n_gpus]
+
+
 def _die_with_parent() -> None:  # runs in the child between fork and exec (Linux)
     ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG = 1
 
 
 class Worker:
-    """One persistent ``python -m zoo.worker`` process on one slot (a GPU index, or "" for the CPU)."""
+    """One persistent ``python -m zoo.worker`` process on one slot (a GPU as ``CUDA_VISIBLE_DEVICES`` names it, or ""
+    for the CPU)."""
 
     def __init__(self, slot: str, threads: int, log: Path):
         self.slot, self.log = slot, log
@@ -135,7 +147,7 @@ def train(groups: list[list], out: Path, options: Options, finish, running) -> N
     n_gpus = torch.cuda.device_count()
     if n_gpus:
         per_gpu = options.runs_per_gpu or default_workers_per_gpu()
-        slots = [str(g) for _ in range(per_gpu) for g in range(n_gpus)]
+        slots = [gpu for _ in range(per_gpu) for gpu in gpu_slots(n_gpus)]
     else:
         slots = [""] * max(1, options.cpu_workers)
     threads = max(1, (os.cpu_count() or 1) // len(slots))
