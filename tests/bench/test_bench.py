@@ -27,17 +27,27 @@ def test_every_section_runs(tiny_sweep, tmp_path, monkeypatch, capsys):
     peer = {"status": "completed", "data_s": 1.0, "epoch_s": 2.0, "first_epoch_s": 2.5, "accuracy": [0.1, 0.2]}
     monkeypatch.setattr("zoo.bench.zoology_peer.zoology_attention_epoch", lambda *a, **k: peer)
     out = tmp_path / "bench.json"
-    assert bench.main(["--sweep", tiny_sweep, "--epochs", "2", "--runs", "1,2", "--step-shape", "4,16,16",
+    assert bench.main(["--sweep", tiny_sweep, "--epochs", "2", "--runs", "1,2", "--gpus", "1,2", "--step-shape", "4,16,16",
                        "--mixers", "softmax,swa",
                        "--zoology", "stand-in", "--json", str(out)]) == 0
     text = capsys.readouterr().out
-    for title in ("one training step", "x epoch", "seconds per epoch", "runs per GPU", "grid projection"):
+    for title in ("one training step", "x epoch", "seconds per epoch", "runs per GPU", "sweep wall time over",
+                  "grid projection"):
         assert title in text, title
     numbers = OmegaConf.to_container(OmegaConf.load(out))
-    assert set(numbers) >= {"steps", "zoology", "epochs", "width_factor", "scaling", "grid"}
+    assert set(numbers) >= {"steps", "zoology", "epochs", "width_factor", "scaling", "gpus", "grid"}
     assert numbers["zoology"]["zoo bf16 graphs"]["status"] == "completed"  # graphs off by themselves on a CPU
     assert numbers["grid"]["groups"] == 2 * 1 * 2 and numbers["scaling"][1][1] == 2  # both concurrent runs ran
     assert all(row["error"] is None for row in numbers["steps"] if row["mixer"] in ("softmax", "swa"))
+    # the gpus section's sweeps (CPU workers here): 1 and 2 devices, each all 4 runs (2 mixers x 2 lrs at d=16)
+    assert [(row[0], row[1], row[4]) for row in numbers["gpus"]] == [(1, 4, 0), (2, 4, 0)]
+
+
+@pytest.mark.parametrize("flag", ["--gpus", "--runs"])
+def test_device_and_run_counts_must_be_positive_integers(tiny_sweep, capsys, flag):
+    with pytest.raises(SystemExit) as exit_info:
+        bench.main(["--sweep", tiny_sweep, "--sections", "gpus", flag, "1,two"])
+    assert exit_info.value.code == 2 and "expected a comma list of positive integers" in capsys.readouterr().err
 
 
 def test_unknown_section_is_refused(tiny_sweep, capsys):

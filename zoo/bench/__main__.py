@@ -7,12 +7,15 @@ Sections (``--sections``, default all):
   epochs   seconds per epoch of every mixer at every N of the sweep (d_model=128), one run and a group of
            the sweep's learning rates, and width factors
   scaling  aggregate epochs/s of 1, 2, 4, 8 concurrent runs on one GPU
+  gpus     wall time of one slice of the sweep (the bench's mixers and lengths at d_model=128, the lrs as groups)
+           through python -m zoo.sweep on the first 1, 2, 4, 8 GPUs (--gpus), and the speedup over one GPU
   grid     projected wall time of the whole sweep on one GPU, in groups (needs epochs and scaling)
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 from pathlib import Path
 
@@ -22,7 +25,7 @@ from omegaconf import OmegaConf
 from zoo.bench.throughput import (TIMING_LR, cell_config, concurrent_epoch_rate, project_grid, time_group, time_run,
                                   timing_config)
 
-SECTIONS = ("steps", "zoology", "epochs", "scaling", "grid")
+SECTIONS = ("steps", "zoology", "epochs", "scaling", "gpus", "grid")
 
 
 def _table(title: str, header: list[str], rows: list[list]) -> str:
@@ -32,13 +35,26 @@ def _table(title: str, header: list[str], rows: list[list]) -> str:
     return "\n".join(lines)
 
 
+def _counts(text: str) -> list[int]:
+    """A comma list of positive integers (argparse type)."""
+    try:
+        counts = [int(x) for x in text.split(",")]
+    except ValueError:
+        counts = []
+    if not counts or min(counts) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a comma list of positive integers, e.g. 1,2,4")
+    return counts
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m zoo.bench", description=__doc__.splitlines()[0])
     parser.add_argument("--sections", default=",".join(SECTIONS), help=f"comma list of {SECTIONS}")
     parser.add_argument("--sweep", default="sweeps/mqar.yaml", help="the sweep whose cells are timed")
     parser.add_argument("--zoology", help="path to a Zoology checkout (the zoology section is skipped without it)")
     parser.add_argument("--epochs", type=int, default=3, help="epochs per timing run (the first is warm-up)")
-    parser.add_argument("--runs", default="1,2,4,8", help="concurrent runs for the scaling section")
+    parser.add_argument("--runs", type=_counts, default="1,2,4,8", help="concurrent runs for the scaling section")
+    parser.add_argument("--gpus", type=_counts, default="1,2,4,8",
+                        help="GPU counts of the gpus section (those above this machine's count are left out)")
     parser.add_argument("--lengths", help="comma list of N to time (default: every N of the sweep)")
     parser.add_argument("--mixers", help="comma list of mixers to time (default: the sweep's)")
     parser.add_argument("--step-shape", default="256,256,128", help="B,N,d_model of the steps section")
@@ -133,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     if "scaling" in sections or "grid" in sections:
         base = config("softmax", ref_n, ref_d)
         rows, single = [], None
-        for k in map(int, args.runs.split(",")):
+        for k in args.runs:
             r = concurrent_epoch_rate(base, k)
             single = single or r["epochs_per_s"]
             rows.append([k, r["completed"], r["epoch_s_each"], r["epochs_per_s"], r["epochs_per_s"] / single])
@@ -141,6 +157,28 @@ def main(argv: list[str] | None = None) -> int:
         out["scaling"] = rows
         print(_table(f"runs per GPU (softmax N={ref_n} d={ref_d}): aggregate throughput",
                      ["runs", "ok", "epoch s each", "epochs/s", "x one run"], rows), flush=True)
+
+    if "gpus" in sections:
+        from zoo.bench.gpu_scaling import device_counts, sweep_wall_seconds
+
+        only = ([f"model.mixer={m}" for m in mixers] + [f"task.params.input_seq_len={n}" for n in lengths]
+                + [f"model.d_model={ref_d}"])
+        available = torch.cuda.device_count() if cuda else (os.cpu_count() or 1)
+        rows, one = [], None
+        left_out = sorted(set(args.gpus) - set(device_counts(args.gpus, available)))
+        if left_out:
+            print(f"gpus section: {left_out} left out, this machine has {available}", flush=True)
+        for k in device_counts(args.gpus, available):
+            r = sweep_wall_seconds(args.sweep, only, args.epochs, k, cuda)
+            one = one or r["wall_s"]
+            rows.append([k, r["completed"], r["wall_s"], one / r["wall_s"], r["exit"]])
+            if r["exit"]:
+                print(f"zoo.sweep on {k} device(s) exited {r['exit']}:\n{r['error']}", flush=True)
+        out["gpus"] = rows
+        unit = "GPUs" if cuda else "CPU workers (no CUDA device: not a GPU measurement)"
+        print(_table(f"sweep wall time over {unit}: {len(mixers)} mixers x N in {lengths}, d_model={ref_d}, the "
+                     f"{len(lrs)} lrs as groups, {args.epochs} epochs, early stop off, python -m zoo.sweep",
+                     ["devices", "runs done", "wall s", "x one", "exit"], rows), flush=True)
 
     if "grid" in sections:
         proj = project_grid(spec, group_s, width_factor, startup_s=3.0, speedup=speedup)

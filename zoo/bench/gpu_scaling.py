@@ -1,0 +1,49 @@
+"""Sweep throughput over GPUs: one slice of a sweep file trained by ``python -m zoo.sweep`` itself (its queue, its
+persistent workers, one group per GPU at a time, longest first) on the first 1, 2, 4, ... GPUs this process sees,
+each time into a fresh folder with early stopping off; the wall time of each and its speedup over one GPU.
+
+On a machine without CUDA, that many CPU workers stand in for the GPUs: a check that the section runs, not a
+measurement of anything a sweep on GPUs would see.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def sweep_wall_seconds(sweep: str, only: list[str], epochs: int, devices: int, cuda: bool) -> dict:
+    """Train the runs of ``sweep`` that ``only`` (``KEY=VALUE`` filters, as ``--only``) selects for ``epochs`` epochs
+    with early stopping off, on the first ``devices`` GPUs (or CPU workers), into a fresh folder.
+
+    Returns the wall seconds of the ``zoo.sweep`` process (start-up and the leaderboard included) and how many runs
+    completed, or its exit code and the end of its output when it failed."""
+    from zoo.backends.local import gpu_slots
+
+    env = dict(os.environ)
+    placement = ["--runs-per-gpu", "1"] if cuda else ["--cpu-workers", str(devices)]
+    if cuda:
+        import torch
+
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(gpu_slots(torch.cuda.device_count())[:devices])
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "sweep"
+        command = [sys.executable, "-m", "zoo.sweep", sweep, "--out", str(out), *placement,
+                   *(f"--only={o}" for o in only), f"train.max_epochs={epochs}", "train.early_stop_accuracy=null"]
+        t0 = time.perf_counter()
+        proc = subprocess.run(command, env=env, capture_output=True, text=True)
+        wall = time.perf_counter() - t0
+        results = out / "results.jsonl"
+        lines = results.read_text().splitlines() if results.exists() else []
+    completed = sum(json.loads(line)["status"] == "completed" for line in lines if line.strip())
+    return {"devices": devices, "wall_s": wall, "completed": completed, "exit": proc.returncode,
+            "error": "" if proc.returncode == 0 else (proc.stdout + proc.stderr)[-1000:]}
+
+
+def device_counts(asked: list[int], available: int) -> list[int]:
+    """The counts of ``asked`` that this machine has (at least 1: one device is always there)."""
+    return sorted({k for k in asked if 1 <= k <= max(1, available)})
