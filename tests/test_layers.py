@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = {"zoo": "zoo", "zoo.tasks": "tasks", "zoo.kernels": "kernels"}  # import name -> folder
 
 LAYERS = [
-    "zoo.errors zoo.optional zoo.registry",  # base: the standard library and torch only
+    "zoo.errors zoo.optional zoo.registry zoo.devices",  # base: the standard library and torch only
     "zoo.kernels | zoo.tasks",               # plain PyTorch references and Triton kernels | synthetic tasks
     "zoo.rope zoo.mixers",                   # sequence mixers
     "zoo.model zoo.autoencoder",             # the models around the mixers

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from zoo.backends import MAX_RUNS_PER_GPU, Options, crash_record
+from zoo.devices import gpu_slots
 from zoo.results import prepare_run_dir
 
 GIB = 1 << 30
@@ -51,17 +52,6 @@ def default_workers_per_gpu() -> int:
     """Worker processes per GPU when the sweep does not say: one per MEMORY_PER_RUN of its memory, at most
     WORKERS_PER_GPU (see there)."""
     return min(WORKERS_PER_GPU, default_runs_per_gpu())
-
-
-def gpu_slots(n_gpus: int) -> list[str]:
-    """The ``CUDA_VISIBLE_DEVICES`` value that puts a worker on each of the ``n_gpus`` GPUs this process sees: the
-    entries of this process's own ``CUDA_VISIBLE_DEVICES`` when it is set (indices, UUIDs or MIG names), so a sweep
-    started with ``CUDA_VISIBLE_DEVICES=2,3`` trains on GPUs 2 and 3, not 0 and 1; else the indices 0 to n_gpus - 1.
-    CUDA counts only the entries up to the first invalid one, as many as ``torch.cuda.device_count()`` says."""
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is None:
-        return [str(g) for g in range(n_gpus)]
-    return [entry.strip() for entry in visible.split(",")][:n_gpus]
 
 
 def _die_with_parent() -> None:  # runs in the child between fork and exec (Linux)

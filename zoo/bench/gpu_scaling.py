@@ -15,6 +15,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from zoo.devices import gpu_slots
+
 
 def sweep_wall_seconds(sweep: str, only: list[str], epochs: int, devices: int, cuda: bool) -> dict:
     """Train the runs of ``sweep`` that ``only`` (``KEY=VALUE`` filters, as ``--only``) selects for ``epochs`` epochs
@@ -22,8 +24,6 @@ def sweep_wall_seconds(sweep: str, only: list[str], epochs: int, devices: int, c
 
     Returns the wall seconds of the ``zoo.sweep`` process (start-up and the leaderboard included) and how many runs
     completed, or its exit code and the end of its output when it failed."""
-    from zoo.backends.local import gpu_slots
-
     env = dict(os.environ)
     placement = ["--runs-per-gpu", "1"] if cuda else ["--cpu-workers", str(devices)]
     if cuda:
