@@ -43,6 +43,18 @@ def test_every_section_runs(tiny_sweep, tmp_path, monkeypatch, capsys):
     assert [(row[0], row[1], row[4]) for row in numbers["gpus"]] == [(1, 4, 0), (2, 4, 0)]
 
 
+def test_the_gpus_section_needs_two_gpus(tiny_sweep, monkeypatch, capsys):
+    """On a machine with one GPU there is nothing to compare: the section says so and trains nothing."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "one pretended GPU")
+    assert bench.main(["--sweep", tiny_sweep, "--sections", "gpus"]) == 0
+    assert "gpus section skipped: it compares 1 GPU with more (--gpus 1,2,4,8), and this machine has 1" in \
+        capsys.readouterr().out
+
+
 @pytest.mark.parametrize("flag", ["--gpus", "--runs"])
 def test_device_and_run_counts_must_be_positive_integers(tiny_sweep, capsys, flag):
     with pytest.raises(SystemExit) as exit_info:

@@ -9,13 +9,13 @@ Sections (``--sections``, default all):
   scaling  aggregate epochs/s of 1, 2, 4, 8 concurrent runs on one GPU
   gpus     wall time of one slice of the sweep (the bench's mixers and lengths at d_model=128, the lrs as groups)
            through python -m zoo.sweep on the first 1, 2, 4, 8 GPUs (--gpus), and the speedup over one GPU
+           (skipped on a machine with one GPU)
   grid     projected wall time of the whole sweep on one GPU, in groups (needs epochs and scaling)
 """
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import time
 from pathlib import Path
 
@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--epochs", type=int, default=3, help="epochs per timing run (the first is warm-up)")
     parser.add_argument("--runs", type=_counts, default="1,2,4,8", help="concurrent runs for the scaling section")
     parser.add_argument("--gpus", type=_counts, default="1,2,4,8",
-                        help="GPU counts of the gpus section (those above this machine's count are left out)")
+                        help="GPU counts of the gpus section, beside 1 (those above this machine's count are left out)")
     parser.add_argument("--lengths", help="comma list of N to time (default: every N of the sweep)")
     parser.add_argument("--mixers", help="comma list of mixers to time (default: the sweep's)")
     parser.add_argument("--step-shape", default="256,256,128", help="B,N,d_model of the steps section")
@@ -163,22 +163,27 @@ def main(argv: list[str] | None = None) -> int:
 
         only = ([f"model.mixer={m}" for m in mixers] + [f"task.params.input_seq_len={n}" for n in lengths]
                 + [f"model.d_model={ref_d}"])
-        available = torch.cuda.device_count() if cuda else (os.cpu_count() or 1)
-        rows, one = [], None
-        left_out = sorted(set(args.gpus) - set(device_counts(args.gpus, available)))
-        if left_out:
-            print(f"gpus section: {left_out} left out, this machine has {available}", flush=True)
-        for k in device_counts(args.gpus, available):
-            r = sweep_wall_seconds(args.sweep, only, args.epochs, k, cuda)
-            one = one or r["wall_s"]
-            rows.append([k, r["completed"], r["wall_s"], one / r["wall_s"], r["exit"]])
-            if r["exit"]:
-                print(f"zoo.sweep on {k} device(s) exited {r['exit']}:\n{r['error']}", flush=True)
-        out["gpus"] = rows
-        unit = "GPUs" if cuda else "CPU workers (no CUDA device: not a GPU measurement)"
-        print(_table(f"sweep wall time over {unit}: {len(mixers)} mixers x N in {lengths}, d_model={ref_d}, the "
-                     f"{len(lrs)} lrs as groups, {args.epochs} epochs, early stop off, python -m zoo.sweep",
-                     ["devices", "runs done", "wall s", "x one", "exit"], rows), flush=True)
+        # CPU workers stand in for GPUs at any count: on a machine without CUDA the section checks that it runs
+        available = torch.cuda.device_count() if cuda else max(args.gpus)
+        counts = device_counts(args.gpus, available)
+        if len(counts) < 2:
+            print(f"gpus section skipped: it compares 1 GPU with more (--gpus {','.join(map(str, args.gpus))}), and "
+                  f"this machine has {available}", flush=True)
+        else:
+            if set(args.gpus) - set(counts):
+                print(f"gpus section: {sorted(set(args.gpus) - set(counts))} left out, this machine has {available}")
+            rows, one = [], None
+            for k in counts:
+                r = sweep_wall_seconds(args.sweep, only, args.epochs, k, cuda)
+                one = one or r["wall_s"]
+                rows.append([k, r["completed"], r["wall_s"], one / r["wall_s"], r["exit"]])
+                if r["exit"]:
+                    print(f"zoo.sweep on {k} device(s) exited {r['exit']}:\n{r['error']}", flush=True)
+            out["gpus"] = rows
+            unit = "GPUs" if cuda else "CPU workers (no CUDA device: not a GPU measurement)"
+            print(_table(f"sweep wall time over {unit}: {len(mixers)} mixers x N in {lengths}, d_model={ref_d}, "
+                         f"the {len(lrs)} lrs as groups, {args.epochs} epochs, early stop off, python -m zoo.sweep",
+                         ["devices", "runs done", "wall s", "x one", "exit"], rows), flush=True)
 
     if "grid" in sections:
         proj = project_grid(spec, group_s, width_factor, startup_s=3.0, speedup=speedup)

@@ -45,5 +45,5 @@ def sweep_wall_seconds(sweep: str, only: list[str], epochs: int, devices: int, c
 
 
 def device_counts(asked: list[int], available: int) -> list[int]:
-    """The counts of ``asked`` that this machine has (at least 1: one device is always there)."""
-    return sorted({k for k in asked if 1 <= k <= max(1, available)})
+    """1 (the baseline of the speedups) and the counts of ``asked`` up to ``available``, in order."""
+    return sorted({1, *(k for k in asked if k <= available)})
