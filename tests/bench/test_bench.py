@@ -27,8 +27,8 @@ def test_every_section_runs(tiny_sweep, tmp_path, monkeypatch, capsys):
     peer = {"status": "completed", "data_s": 1.0, "epoch_s": 2.0, "first_epoch_s": 2.5, "accuracy": [0.1, 0.2]}
     monkeypatch.setattr("zoo.bench.zoology_peer.zoology_attention_epoch", lambda *a, **k: peer)
     out = tmp_path / "bench.json"
-    assert bench.main(["--sweep", tiny_sweep, "--epochs", "2", "--runs", "1,2", "--gpus", "1,2", "--step-shape", "4,16,16",
-                       "--mixers", "softmax,swa",
+    assert bench.main(["--sweep", tiny_sweep, "--epochs", "2", "--runs", "1,2", "--gpus", "1,2",
+                       "--step-shape", "4,16,16", "--mixers", "softmax,swa",
                        "--zoology", "stand-in", "--json", str(out)]) == 0
     text = capsys.readouterr().out
     for title in ("one training step", "x epoch", "seconds per epoch", "runs per GPU", "sweep wall time over",

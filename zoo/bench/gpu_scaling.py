@@ -7,7 +7,6 @@ measurement of anything a sweep on GPUs would see.
 """
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -16,6 +15,7 @@ import time
 from pathlib import Path
 
 from zoo.devices import gpu_slots
+from zoo.results import run_states
 
 
 def sweep_wall_seconds(sweep: str, only: list[str], epochs: int, devices: int, cuda: bool) -> dict:
@@ -37,9 +37,7 @@ def sweep_wall_seconds(sweep: str, only: list[str], epochs: int, devices: int, c
         t0 = time.perf_counter()
         proc = subprocess.run(command, env=env, capture_output=True, text=True)
         wall = time.perf_counter() - t0
-        results = out / "results.jsonl"
-        lines = results.read_text().splitlines() if results.exists() else []
-    completed = sum(json.loads(line)["status"] == "completed" for line in lines if line.strip())
+        completed = sum(status == "completed" for status in run_states(out).values())
     return {"devices": devices, "wall_s": wall, "completed": completed, "exit": proc.returncode,
             "error": "" if proc.returncode == 0 else (proc.stdout + proc.stderr)[-1000:]}
 
