@@ -7,7 +7,9 @@ training length N, d_model, and any other key that differs between runs (``num_k
 ``train.weight_decay``, ...; one CSV column each). Within a cell, the accuracy of each learning
 rate is averaged over its seeds (mean, sample std, n) and the learning rate with the best mean is
 kept. Only finished runs count (``zoo.results.final_records``): completed, diverged and timed-out
-runs with what they reached; failed runs are left out.
+runs with what they reached; failed runs are left out. ``lrs`` counts a cell's learning rates with a
+finished run; a cell with fewer than the fullest cell of its task (a sweep still under way) is
+*partial*: its best may still rise, so the printout lists it and the recall grid draws it hollow.
 
 Writes the CSV (one row per cell), prints a pivot table (mixers x cells, best mean first) and draws
 a recall grid like Zoology's figure 2: accuracy against d_model with error bars over seeds, one
@@ -75,7 +77,7 @@ def leaderboard(records: list[dict]) -> pd.DataFrame:
     runs, extra = runs_frame(records)
     keys = CELL + extra
     columns = keys + ["accuracy", "accuracy_std", "seeds", "seq_accuracy", "lr", "params", "state_size", "epochs",
-                      "wall_seconds", "seconds_per_epoch", "runs", "status"]
+                      "wall_seconds", "seconds_per_epoch", "runs", "lrs", "status"]
     if runs.empty:
         return pd.DataFrame(columns=columns)
     runs["seed"] = runs["seed"].fillna(-1)
@@ -88,8 +90,15 @@ def leaderboard(records: list[dict]) -> pd.DataFrame:
     ).reset_index()
     cells = per_lr.groupby(keys, dropna=False, sort=True)
     per_lr["runs"] = cells["seeds"].transform("sum")
+    per_lr["lrs"] = cells["lr"].transform("size")  # per_lr has one row per learning rate of the cell
     best = per_lr.loc[cells["accuracy"].idxmax()]
     return best[columns].reset_index(drop=True)
+
+
+def partial(board: pd.DataFrame) -> pd.Series:
+    """Per row of ``board``: True where the cell has fewer learning rates finished than the fullest cell of its
+    task (a sweep still under way; that cell's best may still rise)."""
+    return board["lrs"] < board.groupby("task")["lrs"].transform("max")
 
 
 def _setup(row) -> str:
@@ -152,6 +161,9 @@ def recall_grid(board: pd.DataFrame):
 
     from zoo.plotstyle import mixer_colour
 
+    from matplotlib.lines import Line2D
+
+    board = board.assign(partial=partial(board))
     extra = _setting_columns(board, CELL)
     task_keys = ["seq_len"] + [c for c in extra if "." not in c]  # task parameters have no dot
     panels = list(board.groupby(["task"] + task_keys, sort=True))
@@ -171,6 +183,10 @@ def recall_grid(board: pd.DataFrame):
             ax.errorbar(group["d_model"], group["accuracy"], yerr=group["accuracy_std"].fillna(0.0), marker="o",
                         capsize=3, label=label, color=mixer_colour(mixer),
                         linestyle=styles[line_variants.index(tuple(variant)) % len(styles)])
+            unfinished = group[group["partial"]]
+            if len(unfinished):  # hollow markers drawn over the filled ones
+                ax.plot(unfinished["d_model"], unfinished["accuracy"], linestyle="none", marker="o",
+                        markerfacecolor="white", markeredgecolor=mixer_colour(mixer), zorder=3)
         ax.set_xscale("log", base=2)
         ax.set_xticks(sorted(cell["d_model"].unique()))
         ax.xaxis.set_major_formatter(ScalarFormatter())
@@ -189,6 +205,9 @@ def recall_grid(board: pd.DataFrame):
             if lab not in labels:
                 handles.append(h)
                 labels.append(lab)
+    if board["partial"].any():
+        handles.append(Line2D([], [], linestyle="none", marker="o", markerfacecolor="white", markeredgecolor="grey"))
+        labels.append("not every lr finished yet")
     # as many legend columns as the labels' length lets fit across the figure, and the figure grows by the
     # legend's rows, so an ablation's long labels neither run off the page nor squash the panels
     width, height = fig.get_size_inches()
@@ -220,6 +239,14 @@ def print_and_save(sweep_dir: Path, csv_path: Path | None = None, png_path: Path
     with pd.option_context("display.width", 200, "display.max_columns", 50, "display.float_format", "{:.3f}".format):
         print(pivot(board))
     print("accuracy at the best lr, mean over seeds (std and n in the CSV)")
+    unfinished = board[partial(board)]
+    if len(unfinished):
+        most = board.groupby("task")["lrs"].max()
+        variant = [c for c in _setting_columns(board, CELL) if c.startswith("model.")]  # as the table's setup
+        cells = [f"{r.mixer} N={r.seq_len} d={r.d_model}"
+                 + ("" if _setup(r[variant]) == "-" else f" {_setup(r[variant])}") + f" ({r.lrs} of {most[r.task]} lrs)"
+                 for _, r in unfinished.iterrows()]
+        print("not every learning rate finished yet (the best may still rise): " + ", ".join(cells))
     print(f"leaderboard: {csv_path}\nrecall grid: {png_path}")
     return board
 

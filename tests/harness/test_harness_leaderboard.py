@@ -79,6 +79,7 @@ def test_seeds_are_averaged_and_lr_picked_on_the_mean():
                          run("e", lr=1e-2, seed=2, acc=0.7, status="failed")])
     (cell,) = board.itertuples()
     assert cell.lr == 1e-2 and cell.accuracy == pytest.approx(0.7) and cell.seeds == 2 and cell.runs == 4
+    assert cell.lrs == 2  # the failed run's lr counts only through its finished seeds
     assert cell.accuracy_std == pytest.approx(0.0)
 
 
@@ -138,3 +139,35 @@ def test_recall_grid_legend_names_only_what_tells_lines_apart():
     labels = [t.get_text() for t in fig.legends[0].get_texts()]
     assert sorted(labels) == ["deltanet", "deltanet, negative_eigenvalues=True"]
     assert pivot(board).columns.names == ["seq_len", "d_model"]  # task.train follows N: no header row of its own
+
+
+def test_cells_with_fewer_finished_lrs_are_listed_and_drawn_hollow(tmp_path, capsys):
+    """A sweep under way: the cell with fewer learning rates finished than the task's fullest cell is partial
+    (its best may still rise); the printout names it and the recall grid draws its point hollow."""
+    from zoo.leaderboard import partial, recall_grid
+
+    full = [run(f"{m}{d}{lr}", mixer=m, d=d, lr=lr, acc=0.5) for m in ("softmax", "swa") for d in (16, 32)
+            for lr in (1e-3, 1e-2)]
+    records = [r for r in full if not (r["mixer"] == "swa" and r["d_model"] == 32 and r["lr"] == 1e-2)]
+    board = leaderboard(records)
+    assert sorted(board.lrs) == [1, 2, 2, 2]
+    assert list(board[partial(board)][["mixer", "d_model"]].itertuples(index=False, name=None)) == [("swa", 32)]
+
+    def hollow(fig):
+        return [(line.get_xdata()[i], line.get_markeredgecolor()) for ax in fig.axes for line in ax.lines
+                if line.get_markerfacecolor() == "white" for i in range(len(line.get_xdata()))]
+
+    def legend(fig):
+        return [t.get_text() for t in fig.legends[0].get_texts()]
+
+    from zoo.plotstyle import mixer_colour
+
+    fig = recall_grid(board)
+    assert hollow(fig) == [(32, mixer_colour("swa"))]
+    assert "not every lr finished yet" in legend(fig)
+    fig = recall_grid(leaderboard(full))
+    assert hollow(fig) == [] and "not every lr finished yet" not in legend(fig)
+
+    (tmp_path / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert leaderboard_main([str(tmp_path)]) == 0
+    assert "(the best may still rise): swa N=64 d=32 (1 of 2 lrs)\n" in capsys.readouterr().out
