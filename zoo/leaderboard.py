@@ -157,11 +157,10 @@ def recall_grid(board: pd.DataFrame):
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
     from matplotlib.ticker import NullFormatter, ScalarFormatter
 
     from zoo.plotstyle import mixer_colour
-
-    from matplotlib.lines import Line2D
 
     board = board.assign(partial=partial(board))
     extra = _setting_columns(board, CELL)
