@@ -95,10 +95,15 @@ def leaderboard(records: list[dict]) -> pd.DataFrame:
     return best[columns].reset_index(drop=True)
 
 
+def fullest_lrs(board: pd.DataFrame) -> pd.Series:
+    """Per row of ``board``: the most learning rates any cell of its task has finished."""
+    return board.groupby("task")["lrs"].transform("max")
+
+
 def partial(board: pd.DataFrame) -> pd.Series:
     """Per row of ``board``: True where the cell has fewer learning rates finished than the fullest cell of its
     task (a sweep still under way; that cell's best may still rise)."""
-    return board["lrs"] < board.groupby("task")["lrs"].transform("max")
+    return board["lrs"] < fullest_lrs(board)
 
 
 def _setup(row) -> str:
@@ -238,13 +243,12 @@ def print_and_save(sweep_dir: Path, csv_path: Path | None = None, png_path: Path
     with pd.option_context("display.width", 200, "display.max_columns", 50, "display.float_format", "{:.3f}".format):
         print(pivot(board))
     print("accuracy at the best lr, mean over seeds (std and n in the CSV)")
-    unfinished = board[partial(board)]
+    unfinished, most = board[partial(board)], fullest_lrs(board)
     if len(unfinished):
-        most = board.groupby("task")["lrs"].max()
         variant = [c for c in _setting_columns(board, CELL) if c.startswith("model.")]  # as the table's setup
         cells = [f"{r.mixer} N={r.seq_len} d={r.d_model}"
-                 + ("" if _setup(r[variant]) == "-" else f" {_setup(r[variant])}") + f" ({r.lrs} of {most[r.task]} lrs)"
-                 for _, r in unfinished.iterrows()]
+                 + ("" if _setup(r[variant]) == "-" else f" {_setup(r[variant])}") + f" ({r.lrs} of {most[i]} lrs)"
+                 for i, r in unfinished.iterrows()]
         print("not every learning rate finished yet (the best may still rise): " + ", ".join(cells))
     print(f"leaderboard: {csv_path}\nrecall grid: {png_path}")
     return board
