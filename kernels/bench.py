@@ -225,11 +225,11 @@ def rwkv7_rows(B, T, H, K):
     return rows
 
 
-# the last row forces store-all: where the states exceed STATE_BUDGET_BYTES ("auto" is chunked there, as in the grid's
-# Mamba runs at d_model=512) it says what storing every state would cost instead
+# the last rows name each mode at the default launch, also where "auto" picks another one by the state budget (as at
+# the grid's Mamba runs at d_model=512)
 SCAN_LAUNCHES = ([Launch(block_e, warps, stages) for block_e in (16, 32) for warps in (1, 2, 4) for stages in (1, 2)]
                  + [Launch(block_e, warps, 1, "chunked") for block_e in (16, 32) for warps in (1, 2)]
-                 + [Launch(16, 1, 1, "all")])
+                 + [Launch(16, 1, 1, states) for states in ("all", "half")])
 
 
 def selective_scan_rows(Bt, L, E, N):

@@ -2,7 +2,8 @@
 
 One program per (batch, block of channels) keeps its (BLOCK_E, N) float32 state on chip and walks time inside
 the kernel; the backward walks time in reverse carrying dL/dh_t, and step t needs h_{t-1} and h_t. The wrapper
-picks one of two modes per call:
+picks one of three modes per call (``Launch.states``; "auto" takes the first whose states fit
+``STATE_BUDGET_BYTES``):
 
 * store-all (the default): the forward writes every state, h_0 = 0 to h_L, a (Bt, L + 1, E, N) float32 tensor,
   and the backward reads h_t and h_{t-1} in one reverse walk, with no recompute. The walk is a chain of dependent
@@ -16,7 +17,13 @@ picks one of two modes per call:
   bf16 inputs, every option): forward + backward 1.42 ms against 2.23 ms with 32 channels and 4 warps (the
   earlier default) at Bt=256, L=256, E=256, and 1.25 against 1.43 ms at Bt=128, L=512, E=128; 2 pipelining
   stages changed nothing.
-* chunked, where the states would exceed ``STATE_BUDGET_BYTES``: the forward stores only the state entering each
+* half: the forward writes every other state (h_0, h_2, ..., and h_L), half the memory and half the writes, and
+  the reverse walk makes each h_{t-1} not stored from h_{t-2} with one step of the forward (one (BLOCK_E, N) exp
+  and multiply-add every other step, off the chain of dL/dh, from inputs it has already loaded: step t - 1's rows
+  are loaded two steps ahead). Where every state would exceed the budget but every other one fits (the grid's
+  Mamba at d_model=512), this keeps one reverse walk where the chunked mode walks each chunk twice. Not yet
+  measured on a GPU (``python -m zoo.kernels.bench --selective-scan ...`` times the three modes).
+* chunked: the forward stores only the state entering each
   chunk of ``CHUNK`` steps (1/CHUNK of the memory), and the backward, chunk by chunk from the last, walks the
   chunk forward again from that state (keeping each step's incoming state in a per-program scratch of CHUNK
   states, meant to stay in L2), then walks it back in reverse.
@@ -29,8 +36,7 @@ forward + backward of one layer's call, ms, bf16 inputs, every option, default l
 -> 1.036 / 2.635 at Bt=256, L=256, E=512. The forward, bound by writing the states, did not change; the backward
 went 13 to 22% faster. Chunked mode gained more (1.859 -> 1.516 at the first shape) and is still slower than
 store-all. Its reverse walk then still read each h_{t-1} from the scratch when its step began; it now loads that
-ahead too (not yet measured on a GPU). Chunked is the mode the grid's Mamba runs at d_model=512 take (E=1024: every
-state would exceed the budget). The arithmetic is the same; the compiled code may contract multiplies and adds
+ahead too (not yet measured on a GPU). The arithmetic is the same; the compiled code may contract multiplies and adds
 into fused ones differently, so results are not bit-identical to the earlier kernel's (the tests against the
 recurrence pass).
 
@@ -63,8 +69,27 @@ STATE_BUDGET_BYTES = 4 * 2**30
 # (an estimate, not profiled).
 CHUNK = 16
 
-# ``Launch.states``: which states the forward keeps (None: by ``STATE_BUDGET_BYTES``)
-STATES = {"auto": None, "all": True, "chunked": False}
+# ``Launch.states``: which states the forward keeps ("auto": by ``STATE_BUDGET_BYTES``)
+STATES = ("auto", "all", "half", "chunked")
+# steps between stored states in the modes that walk the sequence in one span
+EVERY = {"all": 1, "half": 2}
+
+
+def _n_states(L: int, mode: str) -> int:
+    """How many (E, N) states of a sequence ``mode`` keeps: h_0, every EVERY-th h_k and h_L; or, chunked, the state
+    entering each chunk."""
+    return triton.cdiv(L, EVERY[mode]) + 1 if mode in EVERY else triton.cdiv(L, CHUNK)
+
+
+def _states_mode(Bsz: int, L: int, E: int, N: int, states: str) -> str:
+    """The mode a call runs: ``states`` itself unless "auto", which takes the first of every state, every other
+    state and the chunked mode whose (Bsz, n, E, N) float32 states fit ``STATE_BUDGET_BYTES``."""
+    if states != "auto":
+        return states
+    for mode in ("all", "half"):
+        if Bsz * _n_states(L, mode) * E * N * 4 <= STATE_BUDGET_BYTES:
+            return mode
+    return "chunked"
 
 
 @triton.jit
@@ -115,11 +140,12 @@ def _step_rows(u_ptr, dt_ptr, B_ptr, C_ptr, z_ptr, b, t, e, n, emask, su_b, su_t
 
 
 @triton.jit
-def _stored_states(state_ptr, b, e, n, L, E, N: tl.constexpr, CHUNK: tl.constexpr, STORE_ALL: tl.constexpr):
-    """(BLOCK_E, N) pointers to this program's stored state 0 (+ k * E * N: state k). Store-all walks the sequence as
-    one span and stores h_k, the state after k steps, for k = 0 (the span's entry store) to L; chunked stores the
-    state entering chunk k."""
-    n_states = L + 1 if STORE_ALL else tl.cdiv(L, CHUNK)
+def _stored_states(state_ptr, b, e, n, L, E, N: tl.constexpr, CHUNK: tl.constexpr, STORE_ALL: tl.constexpr,
+                   EVERY: tl.constexpr):
+    """(BLOCK_E, N) pointers to this program's stored state 0 (+ k * E * N: state k). Store-all and half walk the
+    sequence as one span and store h_k, the state after k steps, for k = 0 (the span's entry store) to L, every
+    EVERY-th k (at k // EVERY) and h_L (at cdiv(L, EVERY)); chunked stores the state entering chunk k."""
+    n_states = tl.cdiv(L, EVERY) + 1 if STORE_ALL else tl.cdiv(L, CHUNK)
     return state_ptr + (b * n_states * E + e[:, None]) * N + n[None, :]
 
 
@@ -127,7 +153,8 @@ def _stored_states(state_ptr, b, e, n, L, E, N: tl.constexpr, CHUNK: tl.constexp
 def _scan_fwd_kernel(u_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr, y_ptr, state_ptr, L, E,
                      su_b, su_t, su_e, sdt_b, sdt_t, sdt_e, sz_b, sz_t, sz_e, sB_b, sB_t, sB_n, sC_b, sC_t, sC_n,
                      N: tl.constexpr, BLOCK_E: tl.constexpr, CHUNK: tl.constexpr, STORE_ALL: tl.constexpr,
-                     HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_BIAS: tl.constexpr, SOFTPLUS: tl.constexpr):
+                     EVERY: tl.constexpr, HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_BIAS: tl.constexpr,
+                     SOFTPLUS: tl.constexpr):
     b = tl.program_id(0)
     e = tl.program_id(1) * BLOCK_E + tl.arange(0, BLOCK_E)
     n = tl.arange(0, N)
@@ -138,7 +165,7 @@ def _scan_fwd_kernel(u_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr,
     if HAS_D:
         Dskip = tl.load(D_ptr + e, mask=emask, other=0.0)
     span = L if STORE_ALL else CHUNK
-    states = _stored_states(state_ptr, b, e, n, L, E, N, CHUNK, STORE_ALL)
+    states = _stored_states(state_ptr, b, e, n, L, E, N, CHUNK, STORE_ALL, EVERY)
     h = tl.zeros([BLOCK_E, N], dtype=tl.float32)
     # step t's rows are loaded during step t - 1 (the last step reloads its own): none depends on the carried state,
     # so their latency hides behind a step's work instead of stalling each step
@@ -157,7 +184,11 @@ def _scan_fwd_kernel(u_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr,
                 dtt, _ = _softplus(dtt)
             h = tl.exp(dtt[:, None] * A) * h + (dtt * ut)[:, None] * Bt[None, :]
             if STORE_ALL:
-                tl.store(states + (t + 1) * E * N, h, mask=emask[:, None])
+                if EVERY == 1:
+                    tl.store(states + (t + 1) * E * N, h, mask=emask[:, None])
+                else:  # h_{t+1} where t + 1 is a multiple of EVERY, and h_L
+                    keep = ((t + 1) % EVERY == 0) | (t + 1 == L)
+                    tl.store(states + ((t + EVERY) // EVERY) * E * N, h, mask=emask[:, None] & keep)
             y = tl.sum(h * Ct[None, :], axis=1)
             if HAS_D:
                 y += Dskip * ut
@@ -172,7 +203,8 @@ def _scan_bwd_kernel(u_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr,
                      su_b, su_t, su_e, sdt_b, sdt_t, sdt_e, sz_b, sz_t, sz_e, sB_b, sB_t, sB_n, sC_b, sC_t, sC_n,
                      sgy_b, sgy_t, sgy_e,
                      N: tl.constexpr, BLOCK_E: tl.constexpr, CHUNK: tl.constexpr, STORE_ALL: tl.constexpr,
-                     HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_BIAS: tl.constexpr, SOFTPLUS: tl.constexpr):
+                     EVERY: tl.constexpr, HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_BIAS: tl.constexpr,
+                     SOFTPLUS: tl.constexpr):
     b = tl.program_id(0)
     pe = tl.program_id(1)
     e = pe * BLOCK_E + tl.arange(0, BLOCK_E)
@@ -186,8 +218,9 @@ def _scan_bwd_kernel(u_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr,
         Dskip = tl.load(D_ptr + e, mask=emask, other=0.0)
         gD = tl.zeros([BLOCK_E], dtype=tl.float32)
     # spans and stored states as in the forward: store-all walks the sequence once, reading h_{t-1} from the states
+    # (with EVERY = 2, an h_{t-1} not stored is one step from h_{t-2}, which is)
     span = L if STORE_ALL else CHUNK
-    states = _stored_states(state_ptr, b, e, n, L, E, N, CHUNK, STORE_ALL)
+    states = _stored_states(state_ptr, b, e, n, L, E, N, CHUNK, STORE_ALL, EVERY)
     if not STORE_ALL:
         # this program's scratch: slot s holds the state entering step s of the current chunk
         scratch = (scratch_ptr + (b * tl.num_programs(1) + pe) * CHUNK * BLOCK_E * N
@@ -195,13 +228,16 @@ def _scan_bwd_kernel(u_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr,
     gh = tl.zeros([BLOCK_E, N], dtype=tl.float32)  # dL/dh_t, carried backwards in time across spans
     gA = tl.zeros([BLOCK_E, N], dtype=tl.float32)
     n_spans = tl.cdiv(L, span)
-    # the reverse walk's rows of step t and h_{t-1} (from the stored states, or in the chunked mode from the chunk's
-    # scratch) are loaded during step t + 1, as in the forward
+    # the reverse walk's rows of step t are loaded during step t + 2 (step t needs step t - 1's to recompute an
+    # h_{t-1} not stored); its output gradient and h_{t-1} (from the stored states, or in the chunked mode from the
+    # chunk's scratch) during step t + 1, as in the forward
     rows = _step_rows(u_ptr, dt_ptr, B_ptr, C_ptr, z_ptr, b, L - 1, e, n, emask, su_b, su_t, su_e, sdt_b, sdt_t,
                       sdt_e, sz_b, sz_t, sz_e, sB_b, sB_t, sB_n, sC_b, sC_t, sC_n, HAS_Z)
+    rows_before = _step_rows(u_ptr, dt_ptr, B_ptr, C_ptr, z_ptr, b, tl.maximum(L - 2, 0), e, n, emask, su_b, su_t,
+                             su_e, sdt_b, sdt_t, sdt_e, sz_b, sz_t, sz_e, sB_b, sB_t, sB_n, sC_b, sC_t, sC_n, HAS_Z)
     gy_next = _row(gy_ptr, b, L - 1, e, sgy_b, sgy_t, sgy_e, emask)
-    if STORE_ALL:
-        h_prev_next = tl.load(states + (L - 1) * E * N, mask=emask[:, None], other=0.0)
+    if STORE_ALL:  # h_k, the last stored state at or before h_{L-1}
+        h_prev_next = tl.load(states + ((L - 1) // EVERY) * E * N, mask=emask[:, None], other=0.0)
     else:  # each chunk loads its own first h_{t-1} from its scratch; until then a zero tile of the right shape
         h_prev_next = gh
     for ci in range(n_spans):
@@ -209,7 +245,7 @@ def _scan_bwd_kernel(u_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr,
         start = c * span
         end = tl.minimum(start + span, L)
         if STORE_ALL:
-            h = tl.load(states + L * E * N, mask=emask[:, None], other=0.0)
+            h = tl.load(states + ((L + EVERY - 1) // EVERY) * E * N, mask=emask[:, None], other=0.0)
         else:
             h = tl.load(states + c * E * N, mask=emask[:, None], other=0.0)
             walk = _step_rows(u_ptr, dt_ptr, B_ptr, C_ptr, z_ptr, b, start, e, n, emask, su_b, su_t, su_e, sdt_b,
@@ -232,14 +268,24 @@ def _scan_bwd_kernel(u_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr,
             t = end - 1 - i
             # h is h_t, h_prev h_{t-1}; dt_in is dt before softplus; gy is dL/d(output), then dL/d(ungated y)
             ut, dt_in, Bt, Ct, zt = rows
+            rows = rows_before  # step t - 1's
             gy = gy_next
             h_prev = h_prev_next
+            if STORE_ALL and EVERY == 2:
+                if t % 2 == 1:  # h_{t-1} is not stored: one step of the forward from h_{t-2}
+                    u1, dt1, B1, _, _ = rows
+                    if HAS_BIAS:
+                        dt1 += bias
+                    if SOFTPLUS:
+                        dt1, _ = _softplus(dt1)
+                    h_prev = tl.exp(dt1[:, None] * A) * h_prev + (dt1 * u1)[:, None] * B1[None, :]
             tp = tl.maximum(t - 1, 0)
-            rows = _step_rows(u_ptr, dt_ptr, B_ptr, C_ptr, z_ptr, b, tp, e, n, emask, su_b, su_t, su_e, sdt_b,
-                              sdt_t, sdt_e, sz_b, sz_t, sz_e, sB_b, sB_t, sB_n, sC_b, sC_t, sC_n, HAS_Z)
+            rows_before = _step_rows(u_ptr, dt_ptr, B_ptr, C_ptr, z_ptr, b, tl.maximum(t - 2, 0), e, n, emask,
+                                     su_b, su_t, su_e, sdt_b, sdt_t, sdt_e, sz_b, sz_t, sz_e, sB_b, sB_t, sB_n,
+                                     sC_b, sC_t, sC_n, HAS_Z)
             gy_next = _row(gy_ptr, b, tp, e, sgy_b, sgy_t, sgy_e, emask)
             if STORE_ALL:
-                h_prev_next = tl.load(states + tp * E * N, mask=emask[:, None], other=0.0)
+                h_prev_next = tl.load(states + (tp // EVERY) * E * N, mask=emask[:, None], other=0.0)
             else:  # from this chunk's scratch (at its first step, slot 0 again: the next chunk reloads its own)
                 h_prev_next = tl.load(scratch + tl.maximum(t - 1 - start, 0) * BLOCK_E * N)
             if HAS_BIAS:
@@ -316,21 +362,19 @@ class SelectiveScanFunction(torch.autograd.Function):
         N = A.shape[1]
         A, D, delta_bias = _f32(A), _f32(D), _f32(delta_bias)
         y = torch.empty(Bsz, L, E, device=u.device, dtype=torch.float32)
-        store_all = STATES[launch.states]
-        if store_all is None:
-            store_all = Bsz * (L + 1) * E * N * 4 <= STATE_BUDGET_BYTES
-        states = torch.empty(Bsz, L + 1 if store_all else triton.cdiv(L, CHUNK), E, N, device=u.device,
-                             dtype=torch.float32)
+        mode = _states_mode(Bsz, L, E, N, launch.states)
+        every = EVERY.get(mode, 1)  # not read in the chunked mode
+        states = torch.empty(Bsz, _n_states(L, mode), E, N, device=u.device, dtype=torch.float32)
         block = _block_e(E, launch)
         _scan_fwd_kernel[(Bsz, triton.cdiv(E, block))](
             u, dt, A, B, C, D, z, delta_bias, y, states, L, E,
             *u.stride(), *dt.stride(), *_strides(z), *B.stride(), *C.stride(),
-            N=N, BLOCK_E=block, CHUNK=CHUNK, STORE_ALL=store_all, HAS_D=D is not None,
+            N=N, BLOCK_E=block, CHUNK=CHUNK, STORE_ALL=mode != "chunked", EVERY=every, HAS_D=D is not None,
             HAS_Z=z is not None, HAS_BIAS=delta_bias is not None, SOFTPLUS=delta_softplus,
             num_warps=launch.num_warps, num_stages=launch.num_stages)
         ctx.save_for_backward(u, dt, A, B, C, D, z, delta_bias, states)
         ctx.delta_softplus = delta_softplus
-        ctx.store_all = store_all
+        ctx.states, ctx.every = mode, every
         ctx.launch = launch
         return y
 
@@ -353,12 +397,13 @@ class SelectiveScanFunction(torch.autograd.Function):
         gA, gB, gC = f32(Bsz, E, N), f32(ne, Bsz, L, N), f32(ne, Bsz, L, N)
         gD = None if D is None else f32(Bsz, E)
         gbias = None if delta_bias is None else f32(Bsz, E)
-        scratch = None if ctx.store_all else f32(Bsz * ne, CHUNK, block, N)
+        store_all = ctx.states != "chunked"
+        scratch = None if store_all else f32(Bsz * ne, CHUNK, block, N)
         _scan_bwd_kernel[(Bsz, ne)](
             u, dt, A, B, C, D, z, delta_bias, states, gy, scratch, gu, gdt, gz, gA, gB, gC, gD, gbias, L, E, Bsz,
             *u.stride(), *dt.stride(), *_strides(z), *B.stride(), *C.stride(), *gy.stride(),
-            N=N, BLOCK_E=block, CHUNK=CHUNK, STORE_ALL=ctx.store_all, HAS_D=D is not None, HAS_Z=z is not None,
-            HAS_BIAS=delta_bias is not None, SOFTPLUS=ctx.delta_softplus,
+            N=N, BLOCK_E=block, CHUNK=CHUNK, STORE_ALL=store_all, EVERY=ctx.every, HAS_D=D is not None,
+            HAS_Z=z is not None, HAS_BIAS=delta_bias is not None, SOFTPLUS=ctx.delta_softplus,
             num_warps=launch.num_warps, num_stages=launch.num_stages)
         # autograd casts each gradient to its input's dtype. The partials over sequences (Bt rows) are finished by
         # zoo's row sum; gB's and gC's (ne rows of Bt L N values) by PyTorch's sum

@@ -1,6 +1,6 @@
 """Selective scan: the recurrence against the explicit sum, and the Triton kernel (fused dt bias and softplus, D
-skip and z gate) in both modes, every state stored or chunked states recomputed, against the recurrence, values and
-every gradient."""
+skip and z gate) in its three modes (every state stored, every other state stored, chunked states recomputed)
+against the recurrence, values and every gradient."""
 import pytest
 import torch
 import torch.nn.functional as F
@@ -11,12 +11,16 @@ from zoo.kernels.selective_scan.fused_recurrent import selective_scan
 from zoo.kernels.selective_scan.naive import selective_scan_naive
 
 OPTIONS = ("D", "z", "delta_bias")
-MODES = ("store_all", "chunked")
+MODES = ("all", "half", "chunked")
 
 
 def use_mode(monkeypatch, mode, chunk):
-    """Make the Triton scan run in ``mode``: the test shapes fit the default budget, so chunked takes a zero budget
-    (and ``chunk`` steps a chunk)."""
+    """Make the Triton scan run in ``mode`` where the launch says "auto": the test shapes fit the default budget
+    with every state, so half takes a budget that only every other state fits, and chunked a zero budget (and
+    ``chunk`` steps a chunk)."""
+    if mode == "half":
+        monkeypatch.setattr(fused_recurrent, "_states_mode",
+                            lambda Bsz, L, E, N, states: "half" if states == "auto" else states)
     if mode == "chunked":
         monkeypatch.setattr(fused_recurrent, "STATE_BUDGET_BYTES", 0)
         monkeypatch.setattr(fused_recurrent, "CHUNK", chunk)
@@ -158,18 +162,23 @@ def test_launch_choices_change_only_the_speed(monkeypatch, device, mode):
             torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5, msg=lambda m: f"{launch}: {m}")
 
 
-def test_triton_stores_every_state_within_the_budget_and_chunks_above_it_unless_told(monkeypatch):
-    Bt, L, E, N = 2, 9, 3, 4
+@pytest.mark.parametrize("L", [9, 10])
+def test_triton_stores_the_most_states_the_budget_holds_unless_told(monkeypatch, L):
+    """Every state (h_0 .. h_L) within the budget, else every other one (h_0, h_2, .. and h_L), else the chunks'."""
+    Bt, E, N = 2, 3, 4
     monkeypatch.setattr(fused_recurrent, "CHUNK", 4)
     args, _ = inputs(Bt, L, E, N, torch.float32)
-    every_state = Bt * (L + 1) * E * N * 4  # bytes of float32 h_0 .. h_L
-    for budget, store_all, n_states in ((every_state, True, L + 1), (every_state - 1, False, 3)):
+    n_half = (L + 1) // 2 + 1
+    state = Bt * E * N * 4  # bytes of one float32 h_k of every sequence
+    for budget, mode, n_states in (((L + 1) * state, "all", L + 1), ((L + 1) * state - 1, "half", n_half),
+                                   (n_half * state - 1, "chunked", 3)):
         monkeypatch.setattr(fused_recurrent, "STATE_BUDGET_BYTES", budget)
         ctx = selective_scan(*args).grad_fn
-        assert ctx.store_all is store_all and ctx.saved_tensors[-1].shape == (Bt, n_states, E, N)
-        for states, forced in (("all", True), ("chunked", False)):  # a launch that names the mode overrides the budget
-            assert selective_scan(*args, launch=fused_recurrent.Launch(states=states)).grad_fn.store_all is forced
-    with pytest.raises(ValueError, match="launch.states='chunk' is not valid: expected one of auto, all, chunked"):
+        assert ctx.states == mode and ctx.saved_tensors[-1].shape == (Bt, n_states, E, N)
+        for states in ("all", "half", "chunked"):  # a launch that names the mode overrides the budget
+            assert selective_scan(*args, launch=fused_recurrent.Launch(states=states)).grad_fn.states == states
+    with pytest.raises(ValueError, match="launch.states='chunk' is not valid: expected one of auto, all, half, "
+                                         "chunked"):
         selective_scan(*args, launch=fused_recurrent.Launch(states="chunk"))
 
 
