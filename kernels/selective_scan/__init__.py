@@ -1,6 +1,7 @@
 """Mamba-1's selective scan: a diagonal, input-dependent linear recurrence per channel and state.
 
-``selective_scan(u, dt, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False, backend="auto")``, with
+``selective_scan(u, dt, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False, backend="auto",
+out_dtype=None)``, with
 mamba-ssm's ``selective_scan_fn`` options (dt bias and softplus, D skip, silu(z) gate) fused into the scan:
 ``"mamba_ssm"`` (mamba-ssm's fused CUDA ``selective_scan_fn``), ``"triton"`` (``fused_recurrent.py``),
 ``"naive"`` (``naive.py``, the PyTorch recurrence), or ``"auto"``: for CUDA tensors mamba-ssm where it imports,
@@ -19,10 +20,11 @@ BACKENDS = ("auto", "mamba_ssm", "triton", NAIVE)
 def selective_scan(u: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor,
                    D: torch.Tensor | None = None, z: torch.Tensor | None = None,
                    delta_bias: torch.Tensor | None = None, delta_softplus: bool = False,
-                   backend: str = "auto") -> torch.Tensor:
-    """u, dt, z: (Bt, L, E); A: (E, N); B, C: (Bt, L, N); D, delta_bias: (E,) -> y: (Bt, L, E), float32 (mamba-ssm:
-    u's dtype), N a power of two for Triton. y = (scan(u, dt') + D u) * silu(z), dt' = softplus(dt + delta_bias)
-    (each term optional, as in ``naive.py``)."""
+                   backend: str = "auto", out_dtype: torch.dtype | None = None) -> torch.Tensor:
+    """u, dt, z: (Bt, L, E); A: (E, N); B, C: (Bt, L, N); D, delta_bias: (E,) -> y: (Bt, L, E) in ``out_dtype``
+    (None: float32; mamba-ssm: u's dtype), N a power of two for Triton. y = (scan(u, dt') + D u) * silu(z), dt' =
+    softplus(dt + delta_bias) (each term optional, as in ``naive.py``). Our Triton scan stores y in ``out_dtype``
+    directly; the others cast it."""
     check_backend(backend, BACKENDS)
     ssm = fast_path(backend, "mamba_ssm", "mamba_ssm.ops.selective_scan_interface", u,
                     "selective_scan's fused CUDA scan (uses our Triton scan)")
@@ -33,12 +35,15 @@ def selective_scan(u: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.
                                   C.transpose(1, 2), None if D is None else D.float(),
                                   None if z is None else z.transpose(1, 2),
                                   None if delta_bias is None else delta_bias.float(), delta_softplus)
-        return y.transpose(1, 2)
+        return y.transpose(1, 2).to(out_dtype or y.dtype)
     fused = fast_path(backend, "triton", "zoo.kernels.selective_scan.fused_recurrent", u,
                       "selective_scan on GPU (falls back to the PyTorch recurrence)")
     record("selective_scan", NAIVE if fused is None else "triton")
-    scan = selective_scan_naive if fused is None else fused.selective_scan
-    return scan(u, dt, A, B, C, D, z, delta_bias, delta_softplus)
+    if fused is None:
+        y = selective_scan_naive(u, dt, A, B, C, D, z, delta_bias, delta_softplus)
+        return y.to(out_dtype or y.dtype)
+    return fused.selective_scan(u, dt, A, B, C, D, z, delta_bias, delta_softplus,
+                                out_dtype=out_dtype or torch.float32)
 
 
 __all__ = ["selective_scan", "BACKENDS"]

@@ -357,11 +357,11 @@ def _f32(x: torch.Tensor | None) -> torch.Tensor | None:
 
 class SelectiveScanFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, u, dt, A, B, C, D, z, delta_bias, delta_softplus, launch):
+    def forward(ctx, u, dt, A, B, C, D, z, delta_bias, delta_softplus, launch, out_dtype):
         Bsz, L, E = u.shape
         N = A.shape[1]
         A, D, delta_bias = _f32(A), _f32(D), _f32(delta_bias)
-        y = torch.empty(Bsz, L, E, device=u.device, dtype=torch.float32)
+        y = torch.empty(Bsz, L, E, device=u.device, dtype=out_dtype)
         mode = _states_mode(Bsz, L, E, N, launch.states)
         every = EVERY.get(mode, 1)  # not read in the chunked mode
         states = torch.empty(Bsz, _n_states(L, mode), E, N, device=u.device, dtype=torch.float32)
@@ -408,16 +408,19 @@ class SelectiveScanFunction(torch.autograd.Function):
         # autograd casts each gradient to its input's dtype. The partials over sequences (Bt rows) are finished by
         # zoo's row sum; gB's and gC's (ne rows of Bt L N values) by PyTorch's sum
         return (gu, gdt, sum_first(gA), gB.sum(0), gC.sum(0),
-                None if gD is None else sum_first(gD), gz, None if gbias is None else sum_first(gbias), None, None)
+                None if gD is None else sum_first(gD), gz, None if gbias is None else sum_first(gbias), None, None,
+                None)
 
 
 def selective_scan(u: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor,
                    D: torch.Tensor | None = None, z: torch.Tensor | None = None,
                    delta_bias: torch.Tensor | None = None, delta_softplus: bool = False,
-                   launch: Launch = Launch()) -> torch.Tensor:
-    """Triton selective scan with ``selective_scan_naive``'s signature (N must be a power of two); returns float32
-    y: (Bt, L, E). u, dt, z and B, C may be any float dtype and strides (e.g. bf16 views into one projection);
-    the math is float32. ``launch`` (block_e a power of two) changes only the speed."""
+                   launch: Launch = Launch(), out_dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Triton selective scan with ``selective_scan_naive``'s signature (N must be a power of two); returns y: (Bt,
+    L, E) in ``out_dtype``, rounded from the float32 math as it is stored (a bf16 y is the float32 one cast, without
+    the cast's own pass over memory, and its gradient is read as it comes). u, dt, z and B, C may be any float dtype
+    and strides (e.g. bf16 views into one projection); the math is float32. ``launch`` (block_e a power of two)
+    changes only the speed."""
     if launch.states not in STATES:
         raise ValueError(f"launch.states={launch.states!r} is not valid: expected one of {', '.join(STATES)}")
-    return SelectiveScanFunction.apply(u, dt, A, B, C, D, z, delta_bias, delta_softplus, launch)
+    return SelectiveScanFunction.apply(u, dt, A, B, C, D, z, delta_bias, delta_softplus, launch, out_dtype)

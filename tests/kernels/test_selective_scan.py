@@ -141,6 +141,23 @@ def test_triton_is_bit_reproducible(monkeypatch, mode):
     assert all(torch.equal(a, b) for a, b in zip(first, second))
 
 
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_triton_stores_y_in_the_dtype_asked(device):
+    """A bf16 y is the float32 y rounded, as Mamba cast it after the scan (to nearest on a GPU; Triton's CPU
+    interpreter may round the other way, one bf16 step), and every gradient is the same for the same bf16 output
+    gradient."""
+    shape = (2, 9, 40, 4) if device == "cpu" else (3, 70, 200, 16)
+    args, kwargs = inputs(*shape, torch.float32, device=device, options=OPTIONS)
+    gy = torch.randn(shape[:3], device=device).bfloat16()
+    want = grads(lambda *a, **k: selective_scan(*a, **k).bfloat16(), args, kwargs, gy, softplus=True)
+    got = grads(lambda *a, **k: selective_scan(*a, **k, out_dtype=torch.bfloat16), args, kwargs, gy, softplus=True)
+    assert got[0].dtype == torch.bfloat16
+    if device == "cuda":
+        assert torch.equal(got[0], want[0])
+    torch.testing.assert_close(got[0].float(), want[0].float(), rtol=2 ** -7, atol=0)
+    assert all(torch.equal(g, w) for g, w in zip(got[1:], want[1:]))
+
+
 LAUNCHES = [fused_recurrent.Launch(block_e=8, num_warps=1, num_stages=1),
             fused_recurrent.Launch(block_e=16, num_warps=2, num_stages=3),
             fused_recurrent.Launch(block_e=64, num_warps=1, num_stages=2)]

@@ -5,8 +5,9 @@
 
 The scan is ``zoo.kernels.selective_scan``: on GPU mamba-ssm's fused ``selective_scan_fn`` where its extension
 imports, else our Triton scan; on CPU the PyTorch recurrence. The dt bias and softplus, the D skip and the z gate
-are its options, fused into the GPU scans (float32 math, as the eager form's ``.float()`` casts). The silu after
-the conv is fused into the conv (``ShortConv(activation="silu")``).
+are its options, fused into the GPU scans (float32 math, as the eager form's ``.float()`` casts; our Triton scan
+stores y in the block input's dtype, bf16 under autocast, as mamba-ssm's returns it). The silu after the conv is
+fused into the conv (``ShortConv(activation="silu")``).
 """
 from __future__ import annotations
 
@@ -67,8 +68,8 @@ class Mamba(nn.Module):
         x = self.conv(x)
         dt, B, C = self.x_proj(x).split([self.dt_rank, self.d_state, self.d_state], dim=-1)
         y = selective_scan(x, self.dt_proj(dt), -torch.exp(self.A_log.float()), B, C, D=self.D, z=z,
-                           delta_bias=self.dt_bias, delta_softplus=True)
-        return self.out_proj(y.to(u.dtype))
+                           delta_bias=self.dt_bias, delta_softplus=True, out_dtype=u.dtype)
+        return self.out_proj(y)
 
     def state_size(self, seq_len: int) -> int:
         """Values per sequence: the (E, N) SSM state plus the conv's last ``d_conv - 1`` inputs."""
