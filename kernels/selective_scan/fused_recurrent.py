@@ -11,8 +11,8 @@ picks one of three modes per call (``Launch.states``; "auto" takes the first who
   training step of a 2-layer Mamba) the earlier kernel that stored every state (before the elementwise work was
   fused) took 1.07 ms of forward and 2.15 ms of backward per training step, the chunked mode 1.40 and 5.31 ms: its
   second walk per chunk doubles the chain, and the memory traffic it saves was not the bottleneck.
-  Launch: one warp per program and 16 channels (``Launch``'s defaults) keep a program's sums over its channels
-  inside one warp, with no shared-memory round trip per step, and put more programs on each SM. Measured with
+  Launch: one warp per program and 16 channels (the defaults in this mode) keep a program's sums over its
+  channels inside one warp, with no shared-memory round trip per step, and put more programs on each SM. Measured with
   ``python -m zoo.kernels.bench --selective-scan 256,256,256,16 128,512,128,16`` on an H200 (one layer's call,
   bf16 inputs, every option): forward + backward 1.42 ms against 2.23 ms with 32 channels and 4 warps (the
   earlier default) at Bt=256, L=256, E=256, and 1.25 against 1.43 ms at Bt=128, L=512, E=128; 2 pipelining
@@ -21,8 +21,10 @@ picks one of three modes per call (``Launch.states``; "auto" takes the first who
   the reverse walk makes each h_{t-1} not stored from h_{t-2} with one step of the forward (one (BLOCK_E, N) exp
   and multiply-add every other step, off the chain of dL/dh, from inputs it has already loaded: step t - 1's rows
   are loaded two steps ahead). Where every state would exceed the budget but every other one fits (the grid's
-  Mamba at d_model=512), this keeps one reverse walk where the chunked mode walks each chunk twice. Not yet
-  measured on a GPU (``python -m zoo.kernels.bench --selective-scan ...`` times the three modes).
+  Mamba at d_model=512), this keeps one reverse walk where the chunked mode walks each chunk twice. On an H100
+  80GB at Bt=128, L=512, E=1024 (one layer, forward + backward, one process): half 4.61 ms (32 channels a
+  program, its default), chunked 5.64 (32) and 5.97 (16, the default until then), every state 5.63 (16); at
+  Bt=256, L=256, E=256, where every state fits, half 1.45 ms and every state 1.46 to 1.56 (two rows of one call).
 * chunked: the forward stores only the state entering each
   chunk of ``CHUNK`` steps (1/CHUNK of the memory), and the backward, chunk by chunk from the last, walks the
   chunk forward again from that state (keeping each step's incoming state in a per-program scratch of CHUNK
@@ -333,18 +335,24 @@ def _scan_bwd_kernel(u_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr,
 
 
 class Launch(NamedTuple):
-    """How the scan kernels are launched: channels per program, warps per program, software-pipelining stages of
-    the time loop, and which states the forward keeps for the backward (``"auto"``: every state within
-    ``STATE_BUDGET_BYTES``, else the chunked mode; ``"all"`` or ``"chunked"`` to choose). ``python -m
-    zoo.kernels.bench --selective-scan ...`` times the choices on a GPU."""
-    block_e: int = 16
+    """How the scan kernels are launched: channels per program (None: ``BLOCK_E`` of the mode that runs), warps per
+    program, software-pipelining stages of the time loop, and which states the forward keeps for the backward
+    (``"auto"``: the most that fit ``STATE_BUDGET_BYTES``; ``"all"``, ``"half"`` or ``"chunked"`` to choose).
+    ``python -m zoo.kernels.bench --selective-scan ...`` times the choices on a GPU."""
+    block_e: int | None = None
     num_warps: int = 1
     num_stages: int = 1
     states: str = "auto"
 
 
-def _block_e(E: int, launch: Launch) -> int:
-    return min(triton.next_power_of_2(E), launch.block_e)
+# channels per program by mode. Measured on an H100 80GB (one layer's forward + backward, bf16 inputs, every option,
+# one warp): storing every state, 16 channels 1.46 ms against 32's 1.50 at Bt=256, L=256, E=256; at Bt=128, L=512,
+# E=1024 half 4.61 ms with 32 against 5.28 with 16, and chunked 5.64 against 5.97 (1.45 against 1.55 at E=256).
+BLOCK_E = {"all": 16, "half": 32, "chunked": 32}
+
+
+def _block_e(E: int, launch: Launch, mode: str) -> int:
+    return min(triton.next_power_of_2(E), launch.block_e or BLOCK_E[mode])
 
 
 def _strides(x: torch.Tensor | None) -> tuple[int, ...]:
@@ -365,7 +373,7 @@ class SelectiveScanFunction(torch.autograd.Function):
         mode = _states_mode(Bsz, L, E, N, launch.states)
         every = EVERY.get(mode, 1)  # not read in the chunked mode
         states = torch.empty(Bsz, _n_states(L, mode), E, N, device=u.device, dtype=torch.float32)
-        block = _block_e(E, launch)
+        block = _block_e(E, launch, mode)
         _scan_fwd_kernel[(Bsz, triton.cdiv(E, block))](
             u, dt, A, B, C, D, z, delta_bias, y, states, L, E,
             *u.stride(), *dt.stride(), *_strides(z), *B.stride(), *C.stride(),
@@ -384,7 +392,7 @@ class SelectiveScanFunction(torch.autograd.Function):
         Bsz, L, E = u.shape
         N = A.shape[1]
         launch = ctx.launch
-        block = _block_e(E, launch)
+        block = _block_e(E, launch, ctx.states)
         ne = triton.cdiv(E, block)
 
         def f32(*shape):
