@@ -251,8 +251,7 @@ def selective_scan_rows(Bt, L, E, N):
 
     rows = {}
     for launch in dict.fromkeys([Launch(), *SCAN_LAUNCHES]):
-        channels = "default" if launch.block_e is None else f"{launch.block_e:>2d} ch"
-        name = (f"ours {channels}, {launch.num_warps} warps, {launch.num_stages} stages, "
+        name = (f"ours {launch.block_e:>2d} ch, {launch.num_warps} warps, {launch.num_stages} stages, "
                 f"{launch.states} states")
         rows[name] = timed_pair(lambda: selective_scan(u, dt, A, B, C, D, z, bias, True, launch=launch), grad, leaves)
     try:

@@ -2,43 +2,47 @@
 
 One program per (batch, block of channels) keeps its (BLOCK_E, N) float32 state on chip and walks time inside
 the kernel; the backward walks time in reverse carrying dL/dh_t, and step t needs h_{t-1} and h_t. The wrapper
-picks one of three modes per call (``Launch.states``; "auto" takes the first whose states fit
-``STATE_BUDGET_BYTES``):
+picks one of three modes per call (``Launch.states``; "auto": half where its states fit ``STATE_BUDGET_BYTES``, else
+chunked):
 
-* store-all (the default): the forward writes every state, h_0 = 0 to h_L, a (Bt, L + 1, E, N) float32 tensor,
-  and the backward reads h_t and h_{t-1} in one reverse walk, with no recompute. The walk is a chain of dependent
-  steps, so it is latency-bound, not bandwidth-bound: on an H100 (Bt=256, L=256, E=256, N=16, bf16 inputs, one
-  training step of a 2-layer Mamba) the earlier kernel that stored every state (before the elementwise work was
-  fused) took 1.07 ms of forward and 2.15 ms of backward per training step, the chunked mode 1.40 and 5.31 ms: its
-  second walk per chunk doubles the chain, and the memory traffic it saves was not the bottleneck.
-  Launch: one warp per program and 16 channels (the defaults in this mode) keep a program's sums over its
-  channels inside one warp, with no shared-memory round trip per step, and put more programs on each SM. Measured with
-  ``python -m zoo.kernels.bench --selective-scan 256,256,256,16 128,512,128,16`` on an H200 (one layer's call,
-  bf16 inputs, every option): forward + backward 1.42 ms against 2.23 ms with 32 channels and 4 warps (the
-  earlier default) at Bt=256, L=256, E=256, and 1.25 against 1.43 ms at Bt=128, L=512, E=128; 2 pipelining
-  stages changed nothing.
-* half: the forward writes every other state (h_0, h_2, ..., and h_L), half the memory and half the writes, and
-  the reverse walk makes each h_{t-1} not stored from h_{t-2} with one step of the forward (one (BLOCK_E, N) exp
-  and multiply-add every other step, off the chain of dL/dh, from inputs it has already loaded: step t - 1's rows
-  are loaded two steps ahead). Where every state would exceed the budget but every other one fits (the grid's
-  Mamba at d_model=512), this keeps one reverse walk where the chunked mode walks each chunk twice. On an H100
-  80GB at Bt=128, L=512, E=1024 (one layer, forward + backward, one process): half 4.61 ms (32 channels a
-  program, its default), chunked 5.64 (32) and 5.97 (16, the default until then), every state 5.63 (16); at
-  Bt=256, L=256, E=256, where every state fits, half 1.45 ms and every state 1.46 to 1.56 (two rows of one call).
-* chunked: the forward stores only the state entering each
-  chunk of ``CHUNK`` steps (1/CHUNK of the memory), and the backward, chunk by chunk from the last, walks the
-  chunk forward again from that state (keeping each step's incoming state in a per-program scratch of CHUNK
-  states, meant to stay in L2), then walks it back in reverse.
+* all: the forward writes every state, h_0 = 0 to h_L, a (Bt, L + 1, E, N) float32 tensor, and the backward reads
+  h_t and h_{t-1} in one reverse walk, with no recompute. The walk is a chain of dependent steps: on an H100 (Bt=256,
+  L=256, E=256, N=16, bf16 inputs, one training step of a 2-layer Mamba) the earlier kernel that stored every state
+  (before the elementwise work was fused) took 1.07 ms of forward and 2.15 ms of backward per training step, the
+  chunked mode 1.40 and 5.31 ms: its second walk per chunk doubles the chain.
+* half (the default): the forward writes every other state (h_0, h_2, ..., and h_L), half the memory and half the
+  writes, and the reverse walk makes each h_{t-1} not stored from h_{t-2} with one step of the forward (one
+  (BLOCK_E, N) exp and multiply-add every other step, off the chain of dL/dh, from inputs it has already loaded:
+  step t - 1's rows are loaded two steps ahead). The forward is bound by writing states, and the backward's
+  recompute hides behind its chain. Measured on an H100 80GB (``python -m zoo.kernels.bench --selective-scan
+  256,256,256,16 128,512,1024,16``: one layer's forward + backward, bf16 inputs, every option, one warp, one
+  process), ms:
 
-Loading ahead: every walk loads step t's input rows (u, dt, B, C, z, the output gradient, and in the store-all
-backward h_{t-1}) during the step before, so a load's latency overlaps a step's work instead of stalling the chain.
+      Bt=256, L=256, E=256 (Mamba at d_model=128):   half 1.19 (16 channels: 1.45)   all 1.36 (1.47)
+                                                     chunked 1.61 (1.55)
+      Bt=128, L=512, E=1024 (d_model=512, N=512):    half 4.61 (5.29)   all 5.32 (5.64)   chunked 5.65 (5.98)
+
+  (32 channels a program; in brackets 16, the default until then, with every state stored where it fit). At the
+  first shape the forward takes 0.34 ms in half against 0.52 ms storing every state.
+* chunked, where every other state would exceed the budget: the forward stores only the state entering each chunk
+  of ``CHUNK`` steps (1/CHUNK of the memory), and the backward, chunk by chunk from the last, walks the chunk
+  forward again from that state (keeping each step's incoming state in a per-program scratch of CHUNK states,
+  meant to stay in L2), then walks it back in reverse.
+
+Launch: one warp per program keeps a program's sums over its channels inside one warp, with no shared-memory round
+trip per step. 2 warps were slower at every shape above (1.62 and 7.22 ms with 32 channels), 4 warps and 2
+software-pipelining stages slower or the same wherever measured (an H200, 16 channels, storing every state: 1.42
+ms against 2.23 with 32 channels and 4 warps, the default before that, at Bt=256, L=256, E=256).
+
+Loading ahead: every walk loads step t's input rows (u, dt, B, C, z, the output gradient, and in the one-walk
+backwards h_{t-1}) during the step before, so a load's latency overlaps a step's work instead of stalling the chain.
 Measured on an H100 80GB in one process against the kernel that loaded each row when its step began (forward /
 forward + backward of one layer's call, ms, bf16 inputs, every option, default launch): store-all 0.521 / 1.549 ->
 0.523 / 1.347 at Bt=256, L=256, E=256, N=16; 0.483 / 1.310 -> 0.443 / 1.028 at Bt=128, L=512, E=128; 1.038 / 3.046
 -> 1.036 / 2.635 at Bt=256, L=256, E=512. The forward, bound by writing the states, did not change; the backward
-went 13 to 22% faster. Chunked mode gained more (1.859 -> 1.516 at the first shape) and is still slower than
-store-all. Its reverse walk then still read each h_{t-1} from the scratch when its step began; it now loads that
-ahead too (not yet measured on a GPU). The arithmetic is the same; the compiled code may contract multiplies and adds
+went 13 to 22% faster. Chunked mode gained more (1.859 -> 1.516 at the first shape) and was still slower than
+storing every state. Its reverse walk then still read each h_{t-1} from the scratch when its step began; it now
+loads that ahead too. The arithmetic is the same; the compiled code may contract multiplies and adds
 into fused ones differently, so results are not bit-identical to the earlier kernel's (the tests against the
 recurrence pass).
 
@@ -60,14 +64,14 @@ import triton.language as tl
 
 from zoo.kernels.partial_sums import sum_first
 
-# Largest (Bt, L + 1, E, N) float32 state tensor a call keeps for the store-all backward; above it the chunked mode
-# keeps 1/CHUNK of it. The measured shape in the docstring keeps 1 GiB a layer, well inside. The budget is per call,
-# so a deep model near it keeps a multiple of it and may want it lower. It must stay at most 8 GiB (2^31 float32):
-# the kernels address the states with int32 offsets.
+# Largest float32 state tensor a call keeps for the backward in "auto": half's (Bt, L // 2 + 1, E, N) or so; above
+# it the chunked mode keeps 1/CHUNK of every state. The docstring's shapes keep 0.5 and 2.2 GB a layer. The budget is
+# per call, so a deep model near it keeps a multiple of it and may want it lower. It must stay at most 8 GiB (2^31
+# float32): the kernels address the states with int32 offsets.
 STATE_BUDGET_BYTES = 4 * 2**30
 
 # Chunked mode: steps between stored states. They cost 1/CHUNK of storing every h_t, while the backward's scratch
-# (CHUNK states per program: 16 KiB at the default BLOCK_E=16, N=16) should fit in L2 for the resident programs
+# (CHUNK states per program: 32 KiB at the default BLOCK_E=32, N=16) should fit in L2 for the resident programs
 # (an estimate, not profiled).
 CHUNK = 16
 
@@ -84,14 +88,12 @@ def _n_states(L: int, mode: str) -> int:
 
 
 def _states_mode(Bsz: int, L: int, E: int, N: int, states: str) -> str:
-    """The mode a call runs: ``states`` itself unless "auto", which takes the first of every state, every other
-    state and the chunked mode whose (Bsz, n, E, N) float32 states fit ``STATE_BUDGET_BYTES``."""
+    """The mode a call runs: ``states`` itself unless "auto", which takes every other state where its (Bsz, n, E,
+    N) float32 states fit ``STATE_BUDGET_BYTES`` (it was the fastest mode at every shape measured, storing every
+    state included), else the chunked mode."""
     if states != "auto":
         return states
-    for mode in ("all", "half"):
-        if Bsz * _n_states(L, mode) * E * N * 4 <= STATE_BUDGET_BYTES:
-            return mode
-    return "chunked"
+    return "half" if Bsz * _n_states(L, "half") * E * N * 4 <= STATE_BUDGET_BYTES else "chunked"
 
 
 @triton.jit
@@ -219,7 +221,7 @@ def _scan_bwd_kernel(u_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr,
     if HAS_D:
         Dskip = tl.load(D_ptr + e, mask=emask, other=0.0)
         gD = tl.zeros([BLOCK_E], dtype=tl.float32)
-    # spans and stored states as in the forward: store-all walks the sequence once, reading h_{t-1} from the states
+    # spans and stored states as in the forward: all and half walk the sequence once, reading h_{t-1} from the states
     # (with EVERY = 2, an h_{t-1} not stored is one step from h_{t-2}, which is)
     span = L if STORE_ALL else CHUNK
     states = _stored_states(state_ptr, b, e, n, L, E, N, CHUNK, STORE_ALL, EVERY)
@@ -335,24 +337,18 @@ def _scan_bwd_kernel(u_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr,
 
 
 class Launch(NamedTuple):
-    """How the scan kernels are launched: channels per program (None: ``BLOCK_E`` of the mode that runs), warps per
-    program, software-pipelining stages of the time loop, and which states the forward keeps for the backward
-    (``"auto"``: the most that fit ``STATE_BUDGET_BYTES``; ``"all"``, ``"half"`` or ``"chunked"`` to choose).
-    ``python -m zoo.kernels.bench --selective-scan ...`` times the choices on a GPU."""
-    block_e: int | None = None
+    """How the scan kernels are launched: channels per program, warps per program, software-pipelining stages of
+    the time loop, and which states the forward keeps for the backward (``"auto"``: every other state within
+    ``STATE_BUDGET_BYTES``, else the chunked mode; ``"all"``, ``"half"`` or ``"chunked"`` to choose). ``python -m
+    zoo.kernels.bench --selective-scan ...`` times the choices on a GPU."""
+    block_e: int = 32
     num_warps: int = 1
     num_stages: int = 1
     states: str = "auto"
 
 
-# channels per program by mode. Measured on an H100 80GB (one layer's forward + backward, bf16 inputs, every option,
-# one warp): storing every state, 16 channels 1.46 ms against 32's 1.50 at Bt=256, L=256, E=256; at Bt=128, L=512,
-# E=1024 half 4.61 ms with 32 against 5.28 with 16, and chunked 5.64 against 5.97 (1.45 against 1.55 at E=256).
-BLOCK_E = {"all": 16, "half": 32, "chunked": 32}
-
-
-def _block_e(E: int, launch: Launch, mode: str) -> int:
-    return min(triton.next_power_of_2(E), launch.block_e or BLOCK_E[mode])
+def _block_e(E: int, launch: Launch) -> int:
+    return min(triton.next_power_of_2(E), launch.block_e)
 
 
 def _strides(x: torch.Tensor | None) -> tuple[int, ...]:
@@ -373,7 +369,7 @@ class SelectiveScanFunction(torch.autograd.Function):
         mode = _states_mode(Bsz, L, E, N, launch.states)
         every = EVERY.get(mode, 1)  # not read in the chunked mode
         states = torch.empty(Bsz, _n_states(L, mode), E, N, device=u.device, dtype=torch.float32)
-        block = _block_e(E, launch, mode)
+        block = _block_e(E, launch)
         _scan_fwd_kernel[(Bsz, triton.cdiv(E, block))](
             u, dt, A, B, C, D, z, delta_bias, y, states, L, E,
             *u.stride(), *dt.stride(), *_strides(z), *B.stride(), *C.stride(),
@@ -392,7 +388,7 @@ class SelectiveScanFunction(torch.autograd.Function):
         Bsz, L, E = u.shape
         N = A.shape[1]
         launch = ctx.launch
-        block = _block_e(E, launch, ctx.states)
+        block = _block_e(E, launch)
         ne = triton.cdiv(E, block)
 
         def f32(*shape):

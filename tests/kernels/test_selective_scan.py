@@ -15,12 +15,11 @@ MODES = ("all", "half", "chunked")
 
 
 def use_mode(monkeypatch, mode, chunk):
-    """Make the Triton scan run in ``mode`` where the launch says "auto": the test shapes fit the default budget
-    with every state, so half takes a budget that only every other state fits, and chunked a zero budget (and
-    ``chunk`` steps a chunk)."""
-    if mode == "half":
+    """Make the Triton scan run in ``mode`` where the launch says "auto" (half at the test shapes): all by name,
+    chunked with a zero budget (and ``chunk`` steps a chunk)."""
+    if mode == "all":
         monkeypatch.setattr(fused_recurrent, "_states_mode",
-                            lambda Bsz, L, E, N, states: "half" if states == "auto" else states)
+                            lambda Bsz, L, E, N, states: "all" if states == "auto" else states)
     if mode == "chunked":
         monkeypatch.setattr(fused_recurrent, "STATE_BUDGET_BYTES", 0)
         monkeypatch.setattr(fused_recurrent, "CHUNK", chunk)
@@ -180,20 +179,20 @@ def test_launch_choices_change_only_the_speed(monkeypatch, device, mode):
 
 
 @pytest.mark.parametrize("L", [9, 10])
-def test_triton_stores_the_most_states_the_budget_holds_unless_told(monkeypatch, L):
-    """Every state (h_0 .. h_L) within the budget, else every other one (h_0, h_2, .. and h_L), else the chunks'."""
+def test_triton_stores_every_other_state_within_the_budget_and_chunks_above_it_unless_told(monkeypatch, L):
+    """Every other state (h_0, h_2, .. and h_L) within the budget, else the chunks'; every state (h_0 .. h_L) only
+    by name."""
     Bt, E, N = 2, 3, 4
     monkeypatch.setattr(fused_recurrent, "CHUNK", 4)
     args, _ = inputs(Bt, L, E, N, torch.float32)
     n_half = (L + 1) // 2 + 1
     state = Bt * E * N * 4  # bytes of one float32 h_k of every sequence
-    for budget, mode, n_states in (((L + 1) * state, "all", L + 1), ((L + 1) * state - 1, "half", n_half),
-                                   (n_half * state - 1, "chunked", 3)):
+    for budget, mode in ((n_half * state, "half"), (n_half * state - 1, "chunked")):
         monkeypatch.setattr(fused_recurrent, "STATE_BUDGET_BYTES", budget)
-        ctx = selective_scan(*args).grad_fn
-        assert ctx.states == mode and ctx.saved_tensors[-1].shape == (Bt, n_states, E, N)
-        for states in ("all", "half", "chunked"):  # a launch that names the mode overrides the budget
-            assert selective_scan(*args, launch=fused_recurrent.Launch(states=states)).grad_fn.states == states
+        assert selective_scan(*args).grad_fn.states == mode
+        for states, n_states in (("all", L + 1), ("half", n_half), ("chunked", 3)):  # a named mode overrides it
+            ctx = selective_scan(*args, launch=fused_recurrent.Launch(states=states)).grad_fn
+            assert ctx.states == states and ctx.saved_tensors[-1].shape == (Bt, n_states, E, N)
     with pytest.raises(ValueError, match="launch.states='chunk' is not valid: expected one of auto, all, half, "
                                          "chunked"):
         selective_scan(*args, launch=fused_recurrent.Launch(states="chunk"))
