@@ -13,17 +13,17 @@ chunked):
 * half (the default): the forward writes every other state (h_0, h_2, ..., and h_L), half the memory and half the
   writes, and the reverse walk makes each h_{t-1} not stored from h_{t-2} with one step of the forward (one
   (BLOCK_E, N) exp and multiply-add every other step, off the chain of dL/dh, from inputs it has already loaded:
-  step t - 1's rows are loaded two steps ahead). The forward is bound by writing states, and the backward's
-  recompute hides behind its chain. Measured on an H100 80GB (``python -m zoo.kernels.bench --selective-scan
-  256,256,256,16 128,512,1024,16``: one layer's forward + backward, bf16 inputs, every option, one warp, one
-  process), ms:
+  step t - 1's rows are loaded two steps ahead). Measured on an H100 80GB (``python -m zoo.kernels.bench
+  --selective-scan 256,256,256,16 128,512,1024,16``: one layer's forward + backward, bf16 inputs, every option, one
+  warp, one process), ms:
 
       Bt=256, L=256, E=256 (Mamba at d_model=128):   half 1.19 (16 channels: 1.45)   all 1.36 (1.47)
                                                      chunked 1.61 (1.55)
       Bt=128, L=512, E=1024 (d_model=512, N=512):    half 4.61 (5.29)   all 5.32 (5.64)   chunked 5.65 (5.98)
 
-  (32 channels a program; in brackets 16, the default until then, with every state stored where it fit). At the
-  first shape the forward takes 0.34 ms in half against 0.52 ms storing every state.
+  (32 channels a program; in brackets the same mode with 16, the default until then, when "auto" stored every
+  state where it fit). At the first shape the forward takes 0.34 ms in half against 0.52 ms storing every state.
+  The backward costs the same in both (about 0.85 ms): the recompute hides behind the walk's chain.
 * chunked, where every other state would exceed the budget: the forward stores only the state entering each chunk
   of ``CHUNK`` steps (1/CHUNK of the memory), and the backward, chunk by chunk from the last, walks the chunk
   forward again from that state (keeping each step's incoming state in a per-program scratch of CHUNK states,
@@ -146,7 +146,7 @@ def _step_rows(u_ptr, dt_ptr, B_ptr, C_ptr, z_ptr, b, t, e, n, emask, su_b, su_t
 @triton.jit
 def _stored_states(state_ptr, b, e, n, L, E, N: tl.constexpr, CHUNK: tl.constexpr, STORE_ALL: tl.constexpr,
                    EVERY: tl.constexpr):
-    """(BLOCK_E, N) pointers to this program's stored state 0 (+ k * E * N: state k). Store-all and half walk the
+    """(BLOCK_E, N) pointers to this program's stored state 0 (+ k * E * N: state k). All and half walk the
     sequence as one span and store h_k, the state after k steps, for k = 0 (the span's entry store) to L, every
     EVERY-th k (at k // EVERY) and h_L (at cdiv(L, EVERY)); chunked stores the state entering chunk k."""
     n_states = tl.cdiv(L, EVERY) + 1 if STORE_ALL else tl.cdiv(L, CHUNK)
