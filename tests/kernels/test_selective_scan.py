@@ -87,8 +87,8 @@ def test_naive_options_are_the_mamba_block_math():
     torch.testing.assert_close(selective_scan_naive(*args, **kw, delta_softplus=True), want)
 
 
-# (Bt, L, E, N), CHUNK (chunked mode), options, softplus: L a multiple of CHUNK, not one, and below it; E below, above
-# and not a multiple of the 32-channel block
+# (Bt, L, E, N), CHUNK (chunked mode), options, softplus: L a multiple of CHUNK, not one, and below it, odd and even;
+# E below, above and not a multiple of the 32-channel block
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("shape, chunk, options, softplus", [
     ((2, 7, 40, 4), 4, OPTIONS, True),
@@ -96,6 +96,7 @@ def test_naive_options_are_the_mamba_block_math():
     ((1, 12, 8, 16), 16, (), False),
     ((2, 20, 5, 4), 16, OPTIONS, True),
     ((1, 6, 4, 4), 2, ("z",), True),
+    ((2, 1, 5, 4), 4, OPTIONS, True),  # one step: h_L is the only state after h_0
 ])
 def test_triton_matches_naive(monkeypatch, mode, shape, chunk, options, softplus):
     use_mode(monkeypatch, mode, chunk)
