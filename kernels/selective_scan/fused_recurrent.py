@@ -359,6 +359,13 @@ def _f32(x: torch.Tensor | None) -> torch.Tensor | None:
     return None if x is None else x.float().contiguous()
 
 
+def _constexprs(mode: str, N: int, block: int, D, z, delta_bias, softplus: bool) -> dict:
+    """The compile-time arguments the forward and backward kernels share, for a call in ``mode``."""
+    return dict(N=N, BLOCK_E=block, CHUNK=CHUNK, STORE_ALL=mode != "chunked",
+                EVERY=EVERY.get(mode, 1),  # not read in the chunked mode
+                HAS_D=D is not None, HAS_Z=z is not None, HAS_BIAS=delta_bias is not None, SOFTPLUS=softplus)
+
+
 class SelectiveScanFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, u, dt, A, B, C, D, z, delta_bias, delta_softplus, launch, out_dtype):
@@ -367,18 +374,16 @@ class SelectiveScanFunction(torch.autograd.Function):
         A, D, delta_bias = _f32(A), _f32(D), _f32(delta_bias)
         y = torch.empty(Bsz, L, E, device=u.device, dtype=out_dtype)
         mode = _states_mode(Bsz, L, E, N, launch.states)
-        every = EVERY.get(mode, 1)  # not read in the chunked mode
         states = torch.empty(Bsz, _n_states(L, mode), E, N, device=u.device, dtype=torch.float32)
         block = _block_e(E, launch)
         _scan_fwd_kernel[(Bsz, triton.cdiv(E, block))](
             u, dt, A, B, C, D, z, delta_bias, y, states, L, E,
             *u.stride(), *dt.stride(), *_strides(z), *B.stride(), *C.stride(),
-            N=N, BLOCK_E=block, CHUNK=CHUNK, STORE_ALL=mode != "chunked", EVERY=every, HAS_D=D is not None,
-            HAS_Z=z is not None, HAS_BIAS=delta_bias is not None, SOFTPLUS=delta_softplus,
+            **_constexprs(mode, N, block, D, z, delta_bias, delta_softplus),
             num_warps=launch.num_warps, num_stages=launch.num_stages)
         ctx.save_for_backward(u, dt, A, B, C, D, z, delta_bias, states)
         ctx.delta_softplus = delta_softplus
-        ctx.states, ctx.every = mode, every
+        ctx.states = mode
         ctx.launch = launch
         return y
 
@@ -401,13 +406,11 @@ class SelectiveScanFunction(torch.autograd.Function):
         gA, gB, gC = f32(Bsz, E, N), f32(ne, Bsz, L, N), f32(ne, Bsz, L, N)
         gD = None if D is None else f32(Bsz, E)
         gbias = None if delta_bias is None else f32(Bsz, E)
-        store_all = ctx.states != "chunked"
-        scratch = None if store_all else f32(Bsz * ne, CHUNK, block, N)
+        scratch = f32(Bsz * ne, CHUNK, block, N) if ctx.states == "chunked" else None
         _scan_bwd_kernel[(Bsz, ne)](
             u, dt, A, B, C, D, z, delta_bias, states, gy, scratch, gu, gdt, gz, gA, gB, gC, gD, gbias, L, E, Bsz,
             *u.stride(), *dt.stride(), *_strides(z), *B.stride(), *C.stride(), *gy.stride(),
-            N=N, BLOCK_E=block, CHUNK=CHUNK, STORE_ALL=store_all, EVERY=ctx.every, HAS_D=D is not None,
-            HAS_Z=z is not None, HAS_BIAS=delta_bias is not None, SOFTPLUS=ctx.delta_softplus,
+            **_constexprs(ctx.states, N, block, D, z, delta_bias, ctx.delta_softplus),
             num_warps=launch.num_warps, num_stages=launch.num_stages)
         # autograd casts each gradient to its input's dtype. The partials over sequences (Bt rows) are finished by
         # zoo's row sum; gB's and gC's (ne rows of Bt L N values) by PyTorch's sum
