@@ -46,10 +46,12 @@ from zoo.kernels.short_conv import short_conv
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
-def timed(fn, grads=()):
-    """Median milliseconds of fn() on the GPU (triton's do_bench), clearing grads between calls."""
+def timed(fn, grads=(), repeats: int = 3):
+    """Milliseconds of fn() on the GPU, clearing grads between calls: the lowest of ``repeats`` medians of triton's
+    ``do_bench`` (100 ms each). One median alone was once 50% above a repeat of the same launch in the same process;
+    a transient like that now has to strike every repeat to show in a row."""
     from triton.testing import do_bench
-    return do_bench(fn, warmup=50, rep=200, grad_to_none=list(grads))
+    return min(do_bench(fn, warmup=25, rep=100, grad_to_none=list(grads)) for _ in range(repeats))
 
 
 def timed_pair(fwd, grad, leaves):
