@@ -4,9 +4,11 @@ resumes from its last finished epoch instead of starting over.
 It holds the model, the optimiser and lr-schedule states, the run's random stream, the data order's
 generators, the metrics history and, once the run has stopped, its outcome: everything the next
 epoch depends on, so a resumed run ends with the metrics of an uninterrupted one (exactly on CPU; on
-GPU up to the usual nondeterminism of its kernels). Written to a temporary file, fsynced and renamed,
-so a crash never leaves half a checkpoint; read with ``weights_only=True``. Removed once the run's
-``result.json`` is written.
+GPU up to the usual nondeterminism of its kernels). It also holds the seconds trained so far and the
+epochs of earlier resumes, so a resumed run's ``train_seconds`` counts its killed attempts too.
+
+Written to a temporary file, fsynced and renamed, so a crash never leaves half a checkpoint; read with
+``weights_only=True``. Removed once the run's ``result.json`` is written.
 """
 from __future__ import annotations
 

@@ -129,12 +129,11 @@ def train_group(cfgs: list[DictConfig], run_dirs: list[Path], device: torch.devi
                     log_epoch(i, entry)
 
         def member_done(i: int) -> None:  # MixerLM's on_stop: member i's record is final, hand it on now
-            _set_outcome(records[i], lit.outcomes[i], time.perf_counter() - t1)
+            _set_outcome(records[i], lit.outcomes[i], lit.train_seconds(i), lit.resumed_at[i])
             _summarise(records[i], lit.histories[i])
             reported.add(i)
             on_member_done(i, records[i])
 
-        t1 = time.perf_counter()
         lit = MixerLM(cfgs, models, [s.name for s in data.test_segments], steps, bf16=precision == "bf16",
                       on_epoch=log_epoch, rng_states=rng_states, run_dirs=run_dirs, resume=resume,
                       on_stop=member_done if on_member_done is not None else None)
@@ -150,11 +149,11 @@ def train_group(cfgs: list[DictConfig], run_dirs: list[Path], device: torch.devi
         )
         if remaining > 0 and any(o is None for o in lit.outcomes):
             trainer.fit(lit, datamodule=data)
-        train_seconds = time.perf_counter() - t1
         for i, (record, outcome) in enumerate(zip(records, lit.outcomes)):
             if i in reported:
                 continue
-            _set_outcome(record, outcome or ("completed", "max_epochs reached"), train_seconds)
+            _set_outcome(record, outcome or ("completed", "max_epochs reached"), lit.train_seconds(i),
+                         lit.resumed_at[i])
     except Exception as err:  # recorded, never raised: one bad run must not stop a sweep
         if isinstance(err, torch.cuda.OutOfMemoryError):
             err_text = f"CUDA out of memory: {str(err).splitlines()[0]}"
@@ -169,10 +168,12 @@ def train_group(cfgs: list[DictConfig], run_dirs: list[Path], device: torch.devi
     return records
 
 
-def _set_outcome(record: dict, outcome: tuple[str, str], train_seconds: float) -> None:
-    """A run's final status, why it stopped (also its error unless it completed) and its training time."""
+def _set_outcome(record: dict, outcome: tuple[str, str], train_seconds: float, resumed_at: list[int]) -> None:
+    """A run's final status, why it stopped (also its error unless it completed), its training time and the
+    epochs it resumed from after being killed. ``train_seconds`` counts a killed attempt's training up to its
+    last checkpoint, and all of the last attempt's; ``wall_seconds`` (``_summarise``) is the last attempt's alone."""
     status, reason = outcome
-    record.update(status=status, stop_reason=reason, train_seconds=train_seconds,
+    record.update(status=status, stop_reason=reason, train_seconds=train_seconds, resumed_at=resumed_at,
                   error=reason if status != "completed" else None)
 
 

@@ -46,11 +46,14 @@ def test_killed_run_resumes_and_matches_an_uninterrupted_run(tmp_path, monkeypat
         _kill_after_epoch(m, 1)
         with pytest.raises(Killed):
             train_group(cfgs, dirs, quiet=True)
-    assert all(checkpoint.load(d)["epoch"] == 1 for d in dirs)
+    cut = [checkpoint.load(d) for d in dirs]
+    assert all(c["epoch"] == 1 and c["resumed_at"] == [] and c["train_seconds"] > 0 for c in cut)
     resumed = train_group(cfgs, dirs, quiet=True)
-    for a, b, d in zip(whole, resumed, dirs):
+    for a, b, c, d in zip(whole, resumed, cut, dirs):
         assert b["status"] == "completed" and b["epochs"] == 4
         assert _curve(b) == _curve(a)
+        assert a["resumed_at"] == [] and b["resumed_at"] == [2]
+        assert b["train_seconds"] > c["train_seconds"]  # the killed attempt's training is counted too
         assert len((d / "metrics.csv").read_text().strip().splitlines()) == 1 + 4  # header + every epoch
 
 
