@@ -57,6 +57,32 @@ def test_killed_run_resumes_and_matches_an_uninterrupted_run(tmp_path, monkeypat
         assert len((d / "metrics.csv").read_text().strip().splitlines()) == 1 + 4  # header + every epoch
 
 
+def test_member_stopped_before_the_kill_keeps_its_seconds(tmp_path, monkeypatch):
+    """A member that stopped before the run was killed trains no more after the resume: its record's training
+    seconds are its checkpoint's; the member that went on counts both attempts."""
+    cfgs = [_cfg(lr) for lr in (3e-3, 1e-2)]
+    dirs = [tmp_path / f"m{i}" for i in range(2)]
+    original = MixerLM.on_validation_epoch_end
+
+    def stop_first_then_die(self):
+        original(self)
+        if self.epoch == 0:  # after epoch 0's test: its checkpoint is written with the outcome after epoch 1
+            self._stop(0, "completed", "stopped by the test")
+        if self.epoch == 1:
+            raise Killed
+
+    with monkeypatch.context() as m:
+        m.setattr(MixerLM, "on_validation_epoch_end", stop_first_then_die)
+        with pytest.raises(Killed):
+            train_group(cfgs, dirs, quiet=True)
+    cut = [checkpoint.load(d) for d in dirs]
+    assert cut[0]["outcome"] == ["completed", "stopped by the test"] and cut[1]["outcome"] is None
+    stopped, went_on = train_group(cfgs, dirs, quiet=True)
+    assert stopped["epochs"] == 1 and stopped["train_seconds"] == cut[0]["train_seconds"]
+    assert went_on["epochs"] == 4 and went_on["train_seconds"] > cut[1]["train_seconds"]
+    assert stopped["resumed_at"] == went_on["resumed_at"] == [2]
+
+
 def test_checkpoint_is_not_written_when_off_and_a_damaged_one_is_ignored(tmp_path):
     cfg = _cfg()
     cfg.train.checkpoint = False
