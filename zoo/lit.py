@@ -91,26 +91,23 @@ class MixerLM(L.LightningModule):
         self.run_dirs, self.resume = run_dirs, resume
         self.epoch_offset = 0  # epochs finished before this fit (a resumed run)
         self.saved_stop = [False] * len(models)  # a stopped member's last checkpoint is written
-        self.earlier_seconds = [0.0] * len(models)  # training seconds before a resume, up to the last checkpoint
-        self.stopped_before_resume = [False] * len(models)
         self.resumed_at: list[list[int]] = [[] for _ in models]  # the epochs each resume started from
         if resume:
             self.epoch_offset = 1 + max(c["epoch"] for c in resume)
             self.histories = [list(c["history"]) for c in resume]
             self.outcomes = [tuple(c["outcome"]) if c["outcome"] else None for c in resume]
             self.saved_stop = [c["outcome"] is not None for c in resume]
-            self.stopped_before_resume = list(self.saved_stop)
             self.rng_states = [c["rng"] for c in resume]
-            # absent from checkpoints written before they were kept: those resumes count from here
-            self.earlier_seconds = [c.get("train_seconds", 0.0) for c in resume]
             self.resumed_at = [[*c.get("resumed_at", []), self.epoch_offset] for c in resume]
 
     def train_seconds(self, i: int) -> float:
         """Member ``i``'s training seconds so far, those before a resume included; a member that had stopped
         before the resume trained no more, so its seconds are its checkpoint's."""
-        if self.stopped_before_resume[i]:
-            return self.earlier_seconds[i]
-        return self.earlier_seconds[i] + time.perf_counter() - self.started
+        before = self.resume[i] if self.resume else {}
+        earlier = before.get("train_seconds", 0.0)  # absent from checkpoints written before it was kept
+        if before.get("outcome") is not None:
+            return earlier
+        return earlier + time.perf_counter() - self.started
 
     @property
     def epoch(self) -> int:
