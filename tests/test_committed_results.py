@@ -1,8 +1,8 @@
 """The GPU results committed under results/: each folder's records belong to its sweep as the sweep file defines it
-now, every run's last record is a finished run, the committed leaderboard is what ``zoo.leaderboard`` makes of the
-records, and the README's run count is the records' count. A results commit that forgets to regenerate the
-leaderboard, or a sweep edit that would orphan finished runs (their ids change, so a rerun would not skip them),
-fails here."""
+now, every run's last record is a finished run, the committed leaderboard (and the grid README's best-lr table) is
+what ``zoo.leaderboard`` makes of the records, and the README's run count is the records' count. A results commit
+that forgets to regenerate them, or a sweep edit that would orphan finished runs (their ids change, so a rerun would
+not skip them), fails here."""
 import io
 import re
 from pathlib import Path
@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from zoo.leaderboard import leaderboard, load_records
+from zoo.leaderboard import leaderboard, load_records, markdown
 from zoo.results import final_records
 from zoo.sweep import load_sweep
 
@@ -43,3 +43,8 @@ def test_committed_leaderboard_is_regenerated_from_the_records(name):
     csv.seek(0)
     pd.testing.assert_frame_equal(pd.read_csv(csv), pd.read_csv(folder / "leaderboard.csv"), check_exact=False,
                                   rtol=1e-9)
+
+
+def test_grid_readme_table_is_regenerated_from_the_records():
+    folder = ROOT / "results" / "mqar"
+    assert markdown(leaderboard(load_records(folder))) in (folder / "README.md").read_text()

@@ -1,6 +1,6 @@
 """Leaderboard of a sweep: one cell per distinct setting, the best learning rate, seeds averaged.
 
-    python -m zoo.leaderboard <sweep dir> [--out leaderboard.csv] [--plot recall_grid.png]
+    python -m zoo.leaderboard <sweep dir> [--out leaderboard.csv] [--plot recall_grid.png] [--markdown table.md]
 
 A cell is every setting the sweep varied except the learning rate and the seed: task, mixer,
 training length N, d_model, and any other key that differs between runs (``num_kv_pairs``,
@@ -11,7 +11,8 @@ runs with what they reached; failed runs are left out. ``lrs`` counts a cell's l
 finished run; a cell with fewer than the fullest cell of its task (a sweep still under way) is
 *partial*: its best may still rise, so the printout lists it and the recall grid draws it hollow.
 
-Writes the CSV (one row per cell), prints a pivot table (mixers x cells, best mean first) and draws
+Writes the CSV (one row per cell), prints a pivot table (mixers x cells, best mean first; ``--markdown`` also
+writes it as a Markdown table with each cell's lr and epochs, for a README) and draws
 a recall grid like Zoology's figure 2: accuracy against d_model with error bars over seeds, one
 panel per task setting (N, kv, ...), one line per mixer in that mixer's colour in every figure.
 """
@@ -118,8 +119,8 @@ def _setting_columns(board: pd.DataFrame, exclude) -> list[str]:
     return [c for c in board.columns[: list(board.columns).index("accuracy")] if c not in exclude]
 
 
-def pivot(board: pd.DataFrame) -> pd.DataFrame:
-    """Mixers x cells mean accuracy, with a mean column; best mixer first.
+def _layout(board: pd.DataFrame) -> tuple[pd.DataFrame, list[str], list[str]]:
+    """The board with a ``setup`` column where needed, the pivot's row keys and its column keys.
 
     Model settings a sweep varied (``model.mixer_kwargs.*``, ``model.init``, ``model.positions``, ...) describe
     a variant of the mixer, not a cell: they join the row label as one ``setup`` text, so an ablation reads
@@ -136,9 +137,48 @@ def pivot(board: pd.DataFrame) -> pd.DataFrame:
         others = index + [c for c in extra if c != key]
         if board.groupby(others, dropna=False)[key].agg(lambda v: v.astype(str).nunique()).max() <= 1:
             extra.remove(key)
+    return board, index, extra  # extra holds seq_len and d_model at least
+
+
+def pivot(board: pd.DataFrame) -> pd.DataFrame:
+    """Mixers x cells mean accuracy, with a mean column; best mixer first (see ``_layout`` for the rows)."""
+    board, index, extra = _layout(board)
     table = board.pivot_table(index=index, columns=extra, values="accuracy")
-    table[("mean",) + ("",) * (len(extra) - 1)] = table.mean(axis=1)  # extra holds seq_len and d_model at least
+    table[("mean",) + ("",) * (len(extra) - 1)] = table.mean(axis=1)
     return table.sort_values(table.columns[-1], ascending=False)
+
+
+def _lr_text(lr: float) -> str:
+    """0.00046416 -> ``4.6e-4``, 0.01 -> ``1e-2``."""
+    mantissa, exponent = f"{lr:.1e}".split("e")
+    return f"{mantissa.removesuffix('.0')}e{int(exponent)}"
+
+
+def _cell_text(row, is_partial: bool) -> str:
+    """``0.990* ± 0.012 (4.6e-4, 53)``: accuracy at the best lr (* partial, ± std over seeds), the lr, the epochs."""
+    spread = f" ± {row.accuracy_std:.3f}" if row.seeds > 1 else ""
+    epochs = "" if pd.isna(row.epochs) else f", {round(row.epochs, 1):g}"
+    return f"{row.accuracy:.3f}{'*' if is_partial else ''}{spread} ({_lr_text(row.lr)}{epochs})"
+
+
+def markdown(board: pd.DataFrame) -> str:
+    """The pivot as a Markdown table, rows in ``pivot``'s order: per cell the best lr's accuracy (mean over seeds),
+    ``*`` where the cell is partial, ``± std`` over seeds where there are several, then the lr and the epochs it ran
+    (mean over seeds); ``-`` where a mixer has no finished run in that cell. Row keys with one value are left out."""
+    order = pivot(board).index
+    board, index, extra = _layout(board)
+    texts = board.assign(text=[_cell_text(r, p) for r, p in zip(board.itertuples(), partial(board))])
+    table = texts.pivot_table(index=index, columns=extra, values="text", aggfunc="first").reindex(order)
+    rows = [k for k in index if table.index.get_level_values(k).nunique() > 1] or ["mixer"]
+    short = {"seq_len": "N", "d_model": "d", **SHORT}
+    heads = [", ".join(f"{short.get(k, k)}={v}" for k, v in zip(extra, key if len(extra) > 1 else (key,)))
+             for key in table.columns]
+    lines = ["| " + " | ".join(rows + heads) + " |", "|" + "---|" * (len(rows) + len(heads))]
+    for label, values in table.iterrows():
+        label = dict(zip(index, label if isinstance(label, tuple) else (label,)))
+        cells = [str(label[k]) for k in rows] + ["-" if pd.isna(v) else v for v in values]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
 
 
 def _title(task: str, keys: list[str], values) -> str:
@@ -229,8 +269,9 @@ def load_records(sweep_dir: Path) -> list[dict]:
     return [with_settings(r, sweep_dir) for r in final_records(sweep_dir).values()]
 
 
-def print_and_save(sweep_dir: Path, csv_path: Path | None = None, png_path: Path | None = None) -> pd.DataFrame:
-    """Build the leaderboard of ``sweep_dir``, write CSV and PNG, print the pivot table."""
+def print_and_save(sweep_dir: Path, csv_path: Path | None = None, png_path: Path | None = None,
+                   markdown_path: Path | None = None) -> pd.DataFrame:
+    """Build the leaderboard of ``sweep_dir``, write CSV and PNG (and the Markdown table if asked), print the pivot."""
     sweep_dir = Path(sweep_dir)
     board = leaderboard(load_records(sweep_dir))
     if board.empty:
@@ -251,6 +292,9 @@ def print_and_save(sweep_dir: Path, csv_path: Path | None = None, png_path: Path
                  for i, r in unfinished.iterrows()]
         print("not every learning rate finished yet (the best may still rise): " + ", ".join(cells))
     print(f"leaderboard: {csv_path}\nrecall grid: {png_path}")
+    if markdown_path:
+        Path(markdown_path).write_text(markdown(board))
+        print(f"markdown table: {markdown_path}")
     return board
 
 
@@ -259,6 +303,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("sweep_dir", help="a sweep's output folder (holds results.jsonl)")
     parser.add_argument("--out", help="CSV path (default <sweep_dir>/leaderboard.csv)")
     parser.add_argument("--plot", help="PNG path (default <sweep_dir>/recall_grid.png)")
+    parser.add_argument("--markdown", metavar="PATH", help="also write the best-lr table as Markdown to PATH (for a "
+                        "README: accuracy, * partial, ± std over seeds, the lr and the epochs, per mixer and cell)")
     parser.add_argument("--figure", choices=("pareto", "length", "mad"),
                         help="draw only this figure (zoo.figures) as <sweep_dir>/<figure>.png and .pdf")
     args = parser.parse_args(argv)
@@ -279,7 +325,8 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         print("\n".join(map(str, paths)))
         return 0
-    print_and_save(Path(args.sweep_dir), args.out and Path(args.out), args.plot and Path(args.plot))
+    print_and_save(Path(args.sweep_dir), args.out and Path(args.out), args.plot and Path(args.plot),
+                   args.markdown and Path(args.markdown))
     return 0
 
 

@@ -4,7 +4,7 @@ import json
 import pandas as pd
 import pytest
 
-from zoo.leaderboard import leaderboard, main as leaderboard_main, pivot
+from zoo.leaderboard import leaderboard, main as leaderboard_main, markdown, pivot
 
 
 def record(id, mixer, n, d, lr, acc, status="completed"):
@@ -171,3 +171,23 @@ def test_cells_with_fewer_finished_lrs_are_listed_and_drawn_hollow(tmp_path, cap
     (tmp_path / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     assert leaderboard_main([str(tmp_path)]) == 0
     assert "(the best may still rise): swa N=64 d=32 (1 of 2 lrs)\n" in capsys.readouterr().out
+
+
+def test_markdown_table_marks_partial_cells_seeds_and_missing_ones(tmp_path, capsys):
+    """The README table: per mixer and cell the best lr's accuracy (mean over seeds, ± std where several, * where
+    the cell is partial), the lr and the epochs; - where a mixer has no finished run in the cell."""
+    def ran(*args, epochs=5, **kwargs):
+        return {**run(*args, **kwargs), "epochs": epochs}
+
+    records = [ran("a", d=16, lr=1e-3, acc=0.5), ran("b", d=16, lr=4.6416e-4, acc=0.9, epochs=12),
+               ran("c", d=32, lr=1e-3, seed=0, acc=0.8), ran("d", d=32, lr=1e-3, seed=1, acc=0.6, epochs=8),
+               ran("e", d=32, lr=4.6416e-4, acc=0.1), ran("f", mixer="swa", d=16, lr=1e-2, acc=0.4, epochs=64)]
+    expected = ("| mixer | N=64, d=16 | N=64, d=32 |\n"
+                "|---|---|---|\n"
+                "| softmax | 0.900 (4.6e-4, 12) | 0.700 ± 0.141 (1e-3, 6.5) |\n"
+                "| swa | 0.400* (1e-2, 64) | - |\n")
+    assert markdown(leaderboard(records)) == expected
+    (tmp_path / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert leaderboard_main([str(tmp_path), "--markdown", str(tmp_path / "table.md")]) == 0
+    assert (tmp_path / "table.md").read_text() == expected
+    assert f"markdown table: {tmp_path / 'table.md'}" in capsys.readouterr().out
