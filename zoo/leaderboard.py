@@ -32,7 +32,7 @@ METRICS = ["accuracy", "seq_accuracy", "params", "state_size", "epochs", "wall_s
 # change what a run learns: never a reason to keep two runs apart.
 NOT_SETTINGS = {"task.name", "model.mixer", "model.d_model", "task.params.input_seq_len", "train.lr", "seed",
                 "train.progress_bar", "train.loggers", "train.timeout", "train.checkpoint", "imports"}
-SHORT = {"num_kv_pairs": "kv", "input_seq_len": "N"}
+SHORT = {"num_kv_pairs": "kv", "input_seq_len": "N", "seq_len": "N", "d_model": "d"}  # in titles and heads
 
 
 def _column(key: str) -> str:
@@ -170,19 +170,17 @@ def markdown(board: pd.DataFrame) -> str:
     texts = board.assign(text=[_cell_text(r, p) for r, p in zip(board.itertuples(), partial(board))])
     table = texts.pivot_table(index=index, columns=extra, values="text", aggfunc="first").reindex(order)
     rows = [k for k in index if table.index.get_level_values(k).nunique() > 1] or ["mixer"]
-    short = {"seq_len": "N", "d_model": "d", **SHORT}
-    heads = [", ".join(f"{short.get(k, k)}={v}" for k, v in zip(extra, key if len(extra) > 1 else (key,)))
-             for key in table.columns]
+    heads = [", ".join(f"{SHORT.get(k, k)}={v}" for k, v in zip(extra, key)) for key in table.columns]
     lines = ["| " + " | ".join(rows + heads) + " |", "|" + "---|" * (len(rows) + len(heads))]
     for label, values in table.iterrows():
-        label = dict(zip(index, label if isinstance(label, tuple) else (label,)))
+        label = dict(zip(index, label))  # index holds task and mixer at least
         cells = [str(label[k]) for k in rows] + ["-" if pd.isna(v) else v for v in values]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
 def _title(task: str, keys: list[str], values) -> str:
-    parts = [task] + [f"{SHORT.get(k, 'N' if k == 'seq_len' else k)}={v}" for k, v in zip(keys, values)]
+    parts = [task] + [f"{SHORT.get(k, k)}={v}" for k, v in zip(keys, values)]
     return ", ".join(parts)
 
 
