@@ -108,13 +108,13 @@ def main(argv: list[str] | None = None) -> int:
     spent_path = out / "slice_spent.json"
     spent = json.loads(spent_path.read_text()) if spent_path.exists() else {}
     slowest = max(rates, key=lambda m: statistics.median(r for _, r in rates[m]), default=None)
+    runs = sweep.runs
+    cell = {run.id: json.dumps({k: v for k, v in run.config.items() if k not in ("train", "seed")},
+                               sort_keys=True) for run in runs}  # a cell: all but lr, seed and training
     tried = set()
     while True:
         done, elapsed = final_records(out), time.monotonic() - t0
         left = args.limit - elapsed - 25  # room to stop the run and write new.jsonl before the call ends
-        runs = list(sweep.iter_runs())
-        cell = {run.id: json.dumps({k: v for k, v in run.config.items() if k not in ("train", "seed")},
-                                   sort_keys=True) for run in runs}  # a cell: all but lr, seed and training
         finished = {c: 0 for c in cell.values()}
         for run in runs:
             finished[cell[run.id]] += run.id in done
