@@ -306,6 +306,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--figure", choices=("pareto", "length", "mad"),
                         help="draw only this figure (zoo.figures) as <sweep_dir>/<figure>.png and .pdf")
     args = parser.parse_args(argv)
+    for flag, path in (("--out", args.out), ("--plot", args.plot), ("--markdown", args.markdown)):
+        if path and not Path(path).parent.is_dir():  # before anything is written
+            print(f"error: {flag}={path!r} is not valid: expected a file path in an existing folder", file=sys.stderr)
+            return 2
     if not (Path(args.sweep_dir) / "results.jsonl").exists():
         runs = Path(args.sweep_dir) / "runs"
         started = sum(1 for d in runs.iterdir() if d.is_dir()) if runs.is_dir() else 0

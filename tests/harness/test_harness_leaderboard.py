@@ -191,3 +191,6 @@ def test_markdown_table_marks_partial_cells_seeds_and_missing_ones(tmp_path, cap
     assert leaderboard_main([str(tmp_path), "--markdown", str(tmp_path / "table.md")]) == 0
     assert (tmp_path / "table.md").read_text() == expected
     assert f"markdown table: {tmp_path / 'table.md'}" in capsys.readouterr().out
+    for flag in ("--out", "--plot", "--markdown"):  # a path in a missing folder: refused before anything is written
+        assert leaderboard_main([str(tmp_path), flag, str(tmp_path / "missing" / "x")]) == 2
+        assert f"error: {flag}=" in capsys.readouterr().err
