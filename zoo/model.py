@@ -135,6 +135,8 @@ class LanguageModel(nn.Module):
         init: "zoology" (``zoology/model.py _init_weights``, see :func:`zoology_init`) or "mixer"
             (GPT-2 init of embeddings and MLPs, every mixer initialises its own parameters).
         dropout: attention dropout, given to mixers that take ``dropout``.
+        embed_dropout: dropout on the embeddings (plus learned positions) before the first block, as Zoology's
+            ``embed_dropout`` (0.1 in its figure-2 runs; 0 here by default, README "Model setup").
         layers: per-layer overrides of ``mixer``/``mixer_kwargs`` (a hybrid model, e.g. BaseConv and sliding
             windows as in BASED, or attention in one layer of a recurrent model); see :func:`layer_mixers`.
 
@@ -145,8 +147,10 @@ class LanguageModel(nn.Module):
     def __init__(self, vocab_size: int, d_model: int, n_layers: int = 2, mixer: str = "softmax",
                  mixer_kwargs: dict | None = None, max_seq_len: int = 2048,
                  state_mixer: str = "identity", positions: str | None = None, init: str = "zoology",
-                 dropout: float = 0.1, layers: list[dict] | None = None):
+                 dropout: float = 0.1, layers: list[dict] | None = None, embed_dropout: float = 0.0):
         super().__init__()
+        if not 0 <= embed_dropout < 1:
+            raise ConfigError("model.embed_dropout", embed_dropout, "a probability in [0, 1)")
         if state_mixer not in STATE_MIXERS:
             raise ConfigError("model.state_mixer", state_mixer, list(STATE_MIXERS))
         if init not in INITS:
@@ -165,6 +169,7 @@ class LanguageModel(nn.Module):
                                                             f"({', '.join(name for name, _ in specs)})")
         self.embed = Embedding(vocab_size, d_model)  # an nn.Embedding; its GPU backward is a deterministic Triton sum
         self.pos_embed = nn.Embedding(max_seq_len, d_model) if positions == "learned" else None
+        self.embed_dropout = embed_dropout
         self.blocks = nn.ModuleList(
             Block(d_model, cls(d_model, layer_idx=i, max_seq_len=max_seq_len,
                                **{k: v for k, v in options.items() if k in takes[i]}, **kwargs), state_mixer)
@@ -199,6 +204,8 @@ class LanguageModel(nn.Module):
         x = self.embed(input_ids)
         if self.pos_embed is not None:
             x = x + self.pos_embed.weight[:L]
+        if self.embed_dropout:
+            x = nn.functional.dropout(x, self.embed_dropout, self.training)
         layer_state: dict = {}
         update = None  # each block's output, added to x by the norm after it
         for block in self.blocks:

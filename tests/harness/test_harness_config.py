@@ -1,7 +1,7 @@
 """Bad input fails before any training, naming the key, the value and the allowed values."""
 import pytest
 
-from zoo.config import make_run_config, run_id, validate
+from zoo.config import make_run_config, plain, run_id, validate
 from zoo.errors import ConfigError
 from zoo.sweep import load_sweep, main as sweep_main
 
@@ -47,6 +47,16 @@ def test_run_id_is_stable_and_order_free():
     c = make_run_config({"model": {"mixer": "swa", "d_model": 64}, "train": {"lr": 1e-3}})
     assert run_id(a) == run_id(b) != run_id(c)
     assert len(run_id(a)) == 12
+
+
+def test_a_key_added_later_keeps_earlier_run_ids():
+    """model.embed_dropout came after results were committed: at the value earlier runs had (0) it stays out of the
+    id, so they stay finished; set, it makes another run."""
+    base = make_run_config({"model": {"mixer": "swa"}})
+    earlier = plain(base)
+    del earlier["model"]["embed_dropout"]
+    assert run_id(base) == run_id(earlier)
+    assert run_id(make_run_config({"model": {"mixer": "swa", "embed_dropout": 0.1}})) != run_id(base)
 
 
 def test_sweep_grid_tied_axes_and_per_mixer_kwargs(write_sweep):

@@ -75,10 +75,21 @@ def test_softmax_dropout_is_active_in_training_only():
     assert torch.equal(model(ids), model(ids))
 
 
+def test_embed_dropout_is_active_in_training_only():
+    ids = torch.randint(0, 64, (2, 16))
+    plain = small_model("swa")  # no dropout anywhere: the window kernels take none
+    assert torch.equal(plain(ids), plain(ids))
+    model = small_model("swa", embed_dropout=0.5)
+    assert not torch.equal(model(ids), model(ids))
+    model.eval()
+    assert torch.equal(model(ids), model(ids)) and torch.equal(model(ids), plain.eval()(ids))
+
+
 @pytest.mark.parametrize("options, key", [({"positions": "rope", "mixer": "mamba"}, "model.positions"),
                                           ({"positions": "absolute"}, "model.positions"),
                                           ({"init": "xavier"}, "model.init"),
-                                          ({"dropout": 1.5}, "model.dropout")])
+                                          ({"dropout": 1.5}, "model.dropout"),
+                                          ({"embed_dropout": 1.0}, "model.embed_dropout")])
 def test_bad_model_options_name_the_key(options, key):
     options = {"mixer": "softmax", **options}
     with pytest.raises(ConfigError, match=key):

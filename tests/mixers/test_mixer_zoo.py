@@ -66,7 +66,7 @@ def test_depth_is_not_a_user_kwarg(mixer):
 
 @pytest.mark.parametrize("mixer, key, value", [("hyena", "emb_dim", 4), ("mamba", "d_state", 12),
                                                ("mamba2", "headdim", 48), ("based", "num_heads", 3),
-                                               ("rwkv7", "head_dim", 48)])
+                                               ("rwkv7", "head_dim", 48), ("rwkv", "init_depth", 0)])
 def test_bad_kwarg_names_key_and_value(mixer, key, value):
     with pytest.raises(ConfigError, match=f"{key}={value}"):
         get_mixer(mixer)(128, **{key: value})

@@ -24,3 +24,13 @@ def test_initialisation_follows_depth(n_layers, layer_idx):
     for name in ("time_decay", "time_first", "time_mix_k", "time_mix_v", "time_mix_r"):
         torch.testing.assert_close(getattr(layer, name).detach(), fixture[f"init{n_layers}.{layer_idx}.{name}"],
                                    rtol=1e-6, atol=1e-6, msg=name)
+
+
+def test_init_depth_reproduces_the_layer_of_another_depth():
+    """``init_depth`` sets the depth the schedule assumes whatever the model's is: Zoology's 2-layer runs get its
+    layer's default depth 12 (``init_depth=12``); checked against the fixture's depth-4 layer in a model of 8."""
+    fixture = load_fixture("zoology_rwkv")
+    layer = RWKV4(16, layer_idx=3, n_layers=8, init_depth=4)
+    for name in ("time_decay", "time_first", "time_mix_k", "time_mix_v", "time_mix_r"):
+        torch.testing.assert_close(getattr(layer, name).detach(), fixture[f"init4.3.{name}"],
+                                   rtol=1e-6, atol=1e-6, msg=name)

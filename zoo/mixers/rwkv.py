@@ -13,6 +13,7 @@ import math
 import torch
 from torch import nn
 
+from zoo.errors import ConfigError
 from zoo.kernels.autocast import matmul_dtype
 from zoo.kernels.token_shift import token_shift_mix
 from zoo.kernels.wkv4 import wkv4
@@ -27,18 +28,26 @@ def depth_ratios(layer_idx: int, n_layers: int) -> tuple[float, float]:
 
 @register_mixer("rwkv")
 class RWKV4(nn.Module):
-    """RWKV-4 time mixing: (B, L, D) -> (B, L, D). No keyword arguments.
+    """RWKV-4 time mixing: (B, L, D) -> (B, L, D).
 
     ``n_layers`` is the model's depth (the model passes it, like ``layer_idx``): the decay, bonus and
-    token-shift initialisation changes with ``layer_idx / n_layers`` as in RWKV-LM. Zoology's
-    ``RWKVTimeMixer`` takes the same schedule but is never given the depth, so its 2-layer MQAR models
-    use its default ``n_layer=12``; zoo uses the real depth.
+    token-shift initialisation changes with ``layer_idx / n_layers`` as in RWKV-LM.
+
+    Args:
+        init_depth: the depth that schedule assumes. None (the default): the model's real depth, as RWKV-LM.
+            Zoology's ``RWKVTimeMixer`` takes the same schedule but is never given the depth, so its 2-layer
+            MQAR models use its default ``n_layer=12``: ``init_depth=12`` reproduces them (a deliberate
+            deviation of zoo's default, this kwarg restores the reference behaviour).
     """
 
-    def __init__(self, d_model: int, layer_idx: int = 0, max_seq_len: int = 2048, n_layers: int = 2):
+    def __init__(self, d_model: int, layer_idx: int = 0, max_seq_len: int = 2048, n_layers: int = 2,
+                 init_depth: int | None = None):
         super().__init__()
         D = d_model
-        ratio_0_to_1, ratio_1_to_almost0 = depth_ratios(layer_idx, n_layers)
+        if init_depth is not None and not (isinstance(init_depth, int) and init_depth > layer_idx):
+            raise ConfigError("model.mixer_kwargs.init_depth", init_depth,
+                              f"None or an integer above the layer index ({layer_idx})")
+        ratio_0_to_1, ratio_1_to_almost0 = depth_ratios(layer_idx, init_depth or n_layers)
         h = torch.arange(D, dtype=torch.float64)
         ddd = h / D
         # per-step decay rate w = exp(time_decay), slow for the first channels, fast for the last
