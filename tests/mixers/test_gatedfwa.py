@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from zoo.errors import ConfigError
+from zoo.kernels import backend
 from zoo.mixers.attention import SlidingWindowAttention
 from zoo.mixers.gatedfwa import GatedFWA
 
@@ -53,8 +54,10 @@ def test_gpu_kernels_match_cpu_reference(kwargs):
     xg = x.detach().cuda().requires_grad_(True)
     gy = torch.randn(3, 100, 128)
     cpu(x).backward(gy)
+    backend.clear()
     y = gpu(xg)
     y.backward(gy.cuda())
+    assert backend.last_backend("gatedfwa.attention") == backend.last_backend("gatedfwa.gate_cumsum") == "triton"
     torch.testing.assert_close(y.cpu(), cpu(x), rtol=1e-3, atol=1e-3)
     torch.testing.assert_close(xg.grad.cpu(), x.grad, rtol=1e-3, atol=1e-3)
     for (name, p), q in zip(cpu.named_parameters(), gpu.parameters()):

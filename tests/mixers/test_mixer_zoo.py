@@ -81,10 +81,12 @@ def test_unknown_kwarg_is_rejected():
 # they are unreliable our Triton fused recurrence, see zoo.kernels.backend)
 FAST_PATHS = {"hyena": ("gated_long_conv", {"triton"}), "rwkv": ("wkv4", {"triton"}), "rwkv7": ("rwkv7", {"fla", "triton"}),
               "mamba": ("selective_scan", {"mamba_ssm", "triton"}), "mamba2": ("ssd", {"compiled"}),
-              "based": ("based", {"fla"})}
+              "based": ("based", {"fla"}),
+              # the window attention's Triton kernels (swa: without decay; gatedfwa's gate scan is asserted too)
+              "swa": ("gatedfwa.attention", {"triton"}), "gatedfwa": ("gatedfwa.attention", {"triton"})}
 
 
-@pytest.mark.parametrize("mixer", ZOO)
+@pytest.mark.parametrize("mixer", list(FAST_PATHS))
 def test_cpu_runs_the_reference_path(mixer):
     backend.clear()
     small_model(mixer)(torch.randint(0, 64, (1, 8)))
@@ -93,7 +95,8 @@ def test_cpu_runs_the_reference_path(mixer):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("mixer, autocast", [(m, True) for m in ZOO] + [("rwkv", False), ("mamba", False)])
+@pytest.mark.parametrize("mixer, autocast", [(m, True) for m in FAST_PATHS] + [("rwkv", False), ("mamba", False),
+                                                                                 ("gatedfwa", False)])
 @pytest.mark.parametrize("batch, seq_len", [(3, 100)])
 def test_gpu_fast_path_matches_cpu_reference(mixer, batch, seq_len, autocast):
     """Same weights on CPU (reference path, float32) and GPU (fast path): outputs and all gradients agree.
@@ -108,4 +111,6 @@ def test_gpu_fast_path_matches_cpu_reference(mixer, batch, seq_len, autocast):
     with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
         out_gpu = gpu(ids.cuda())
     assert backend.last_backend(op) in fast, f"{op} ran on {backend.last_backend(op)}, not {fast}"
+    if mixer == "gatedfwa":
+        assert backend.last_backend("gatedfwa.gate_cumsum") == "triton"
     assert_gpu_matches_cpu(cpu, gpu, out_cpu, out_gpu, tol=5e-2 if autocast else 5e-3)
