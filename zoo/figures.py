@@ -1,4 +1,4 @@
-"""Figures of a sweep folder: ``python -m zoo.leaderboard <dir> --figure pareto|length|mad``.
+"""Figures of a sweep folder: ``python -m zoo.leaderboard <dir> --figure pareto|length|mad|curves``.
 
 Runs of one mixer with different constructor kwargs are told apart by label (``deltanet`` and
 ``deltanet negative_eigenvalues=True``, see :func:`label_mixers`).
@@ -14,6 +14,8 @@ Runs of one mixer with different constructor kwargs are told apart by label (``d
   learning rates and weight decays, scored by its final accuracy (MAD scores the model at the end of
   training); per task the mean over its settings; the MAD score is the mean over tasks, as MAD's
   benchmark prints it.
+* ``curves``: test accuracy after each epoch, a line per run (colour: learning rate, line style: seed), a panel
+  per (task, N, d_model, mixer): where runs stall, on which plateau, and how seeds and lrs spread.
 
 Each writes ``<dir>/<figure>.png`` and ``.pdf`` (``mad`` also ``mad_scores.csv``). Runs are the newest record
 per id of ``<dir>/results.jsonl``; a run's training segments come from ``<dir>/runs/<id>/config.yaml``
@@ -30,7 +32,7 @@ import pandas as pd
 from zoo.plotstyle import mixer_colour
 from zoo.results import latest_records
 
-FIGURES = ("pareto", "length", "mad")
+FIGURES = ("pareto", "length", "mad", "curves")
 _LENGTH = re.compile(r"N(\d+)")
 
 
@@ -248,6 +250,43 @@ def draw_mad(records: list[dict], stem: Path, sweep_dir: Path) -> list[Path]:
     return [stem.with_name("mad_scores.csv"), *_save(fig, stem)]
 
 
+def curves_frame(records: list[dict]) -> pd.DataFrame:
+    """One row per (run, epoch) of the runs with a history: task, seq_len, d_model, mixer (its label), lr, seed,
+    epoch (counted from 1) and test accuracy."""
+    rows = [{"task": r["task"], "seq_len": r["seq_len"], "d_model": r["d_model"], "mixer": r.get("label", r["mixer"]),
+             "lr": r["lr"], "seed": r.get("seed", 0), "id": r["id"], "epoch": h["epoch"] + 1, "accuracy": h["test/acc"]}
+            for r in records for h in r.get("history") or [] if h.get("test/acc") is not None]
+    return pd.DataFrame(rows)
+
+
+def draw_curves(records: list[dict], stem: Path) -> list[Path]:
+    """Test accuracy against epoch, a line per run, a panel per (task, N, d_model, mixer)."""
+    frame = curves_frame(records)
+    if frame.empty:
+        raise ValueError("no run with a per-epoch history of test accuracy (test/acc)")
+    plt = _pyplot()
+    lrs = sorted(frame["lr"].unique())
+    colours = dict(zip(lrs, plt.get_cmap("viridis")([i / max(len(lrs) - 1, 1) * 0.9 for i in range(len(lrs))])))
+    seeds = sorted(frame["seed"].unique())
+    styles = dict(zip(seeds, ["-", "--", ":", "-."] * (len(seeds) // 4 + 1)))
+    panels = sorted(frame.groupby(["task", "seq_len", "d_model", "mixer"]).groups)
+    fig, axes = _panels(len(panels))
+    for ax, (task, n, d, mixer) in zip(axes, panels):
+        panel = frame[(frame["task"] == task) & (frame["seq_len"] == n) & (frame["d_model"] == d)
+                      & (frame["mixer"] == mixer)]
+        for (lr, seed, _), run in sorted(panel.groupby(["lr", "seed", "id"])):
+            ax.plot(run["epoch"], run["accuracy"], color=colours[lr], linestyle=styles[seed], linewidth=1.2,
+                    label=f"lr {lr:.2g}" + (f", seed {seed}" if len(seeds) > 1 else ""))
+        ax.set_title(f"{mixer}: {task}, N={n}, d={d}", fontsize=9)
+        ax.set_xlabel("epoch")
+        ax.set_ylabel("test accuracy")
+        ax.set_ylim(-0.02, 1.02)
+        ax.grid(alpha=0.3)
+    _legend(fig, axes)
+    fig.tight_layout()
+    return _save(fig, stem)
+
+
 def draw(figure: str, sweep_dir: Path) -> list[Path]:
     """Draw ``figure`` (one of :data:`FIGURES`) from the sweep folder; returns the files written."""
     sweep_dir = Path(sweep_dir)
@@ -257,4 +296,6 @@ def draw(figure: str, sweep_dir: Path) -> list[Path]:
         return draw_pareto(records, stem)
     if figure == "length":
         return draw_length(records, stem, sweep_dir)
+    if figure == "curves":
+        return draw_curves(records, stem)
     return draw_mad(records, stem, sweep_dir)

@@ -297,13 +297,15 @@ def print_and_save(sweep_dir: Path, csv_path: Path | None = None, png_path: Path
 
 
 def main(argv: list[str] | None = None) -> int:
+    from zoo.figures import FIGURES, draw
+
     parser = argparse.ArgumentParser(prog="python -m zoo.leaderboard", description=__doc__.splitlines()[0])
     parser.add_argument("sweep_dir", help="a sweep's output folder (holds results.jsonl)")
     parser.add_argument("--out", help="CSV path (default <sweep_dir>/leaderboard.csv)")
     parser.add_argument("--plot", help="PNG path (default <sweep_dir>/recall_grid.png)")
     parser.add_argument("--markdown", metavar="PATH", help="also write the best-lr table as Markdown to PATH (for a "
                         "README: accuracy, * partial, ± std over seeds, the lr and the epochs, per mixer and cell)")
-    parser.add_argument("--figure", choices=("pareto", "length", "mad"),
+    parser.add_argument("--figure", choices=FIGURES,
                         help="draw only this figure (zoo.figures) as <sweep_dir>/<figure>.png and .pdf")
     args = parser.parse_args(argv)
     for flag, path in (("--out", args.out), ("--plot", args.plot), ("--markdown", args.markdown)):
@@ -318,8 +320,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: sweep_dir={args.sweep_dir!r} is not valid: {why}", file=sys.stderr)
         return 2
     if args.figure:
-        from zoo.figures import draw
-
         try:
             paths = draw(args.figure, Path(args.sweep_dir))
         except ValueError as err:

@@ -5,7 +5,7 @@ import pandas as pd
 import pytest
 from omegaconf import OmegaConf
 
-from zoo.figures import label_mixers, length_frame, mad_scores, pareto_frontier, segment_lengths
+from zoo.figures import curves_frame, label_mixers, length_frame, mad_scores, pareto_frontier, segment_lengths
 from zoo.leaderboard import main as leaderboard_main
 from zoo.results import latest_records
 
@@ -121,3 +121,28 @@ def test_mixers_with_different_kwargs_get_their_own_label(tmp_path):
     write_results(tmp_path, [], [("c", {"model": {"mixer_kwargs": {"d_state": 16}}})])
     assert [r["label"] for r in label_mixers(records, tmp_path)] == [
         "deltanet negative_eigenvalues=True", "deltanet", "mamba"]
+
+
+def curve_record(run_id, mixer, lr, seed, accs):
+    return {"id": run_id, "task": "mqar", "mixer": mixer, "seq_len": 512, "d_model": 64, "lr": lr, "seed": seed,
+            "accuracy": accs[-1], "history": [{"epoch": e, "test/acc": a} for e, a in enumerate(accs)]}
+
+
+def test_curves_frame_has_a_row_per_run_and_epoch_counted_from_one():
+    records = [curve_record("a", "gatedfwa", 1e-3, 0, [0.1, 0.76, 0.76]), curve_record("b", "mamba", 1e-3, 1, [0.2]),
+               {"id": "c", "task": "mqar", "mixer": "mamba", "status": "failed"}]
+    frame = curves_frame(records)
+    assert list(zip(frame["id"], frame["epoch"], frame["accuracy"])) == [("a", 1, 0.1), ("a", 2, 0.76),
+                                                                        ("a", 3, 0.76), ("b", 1, 0.2)]
+
+
+def test_curves_figure_and_its_error_without_histories(tmp_path):
+    records = [curve_record(f"r{i}", mixer, lr, seed, [0.0, 0.5 * seed, 0.76])
+               for i, (mixer, lr, seed) in enumerate([(m, lr, s) for m in ("gatedfwa", "mamba")
+                                                      for lr in (1e-4, 1e-2) for s in (0, 1)])]
+    write_results(tmp_path / "ok", records)
+    assert leaderboard_main([str(tmp_path / "ok"), "--figure", "curves"]) == 0
+    assert (tmp_path / "ok" / "curves.png").stat().st_size > 0
+    write_results(tmp_path / "none", [{**r, "history": []} for r in records])
+    assert leaderboard_main([str(tmp_path / "none"), "--figure", "curves"]) == 2
+    assert not (tmp_path / "none" / "curves.png").exists()
