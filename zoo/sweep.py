@@ -17,6 +17,9 @@ A sweep file::
     mixer_kwargs:                # per-mixer constructor kwargs, applied when that mixer runs
       swa: {num_heads: 2}
     runs_per_gpu: null           # runs sharing one GPU; null picks from the GPU's memory
+    extends: other.yaml          # optional: this file is another sweep file (path relative to this one) changed:
+                                 # base and mixer_kwargs merged key by key into its, grid axes replaced or added by
+                                 # name, seeds and runs_per_gpu replaced; name and out are never inherited
 
 Overrides (``key=value``): a grid axis key pins that axis; ``mixer_kwargs.<mixer>.<key>`` sets one
 mixer's kwarg; any other run-config key is set in ``base`` and wins over a tied axis that sets it
@@ -168,17 +171,44 @@ def is_config_key(key: str) -> bool:
     return True
 
 
-def read_spec(path: Path) -> dict:
-    """The sweep file as a plain dict; every way it can be unreadable is a ConfigError."""
+def read_spec(path: Path, key: str = "sweep", extended_by: tuple[Path, ...] = ()) -> dict:
+    """The sweep file as a plain dict, merged onto the file it ``extends``; every way it can be unreadable is a
+    ConfigError (``key`` names the file in it: ``sweep``, or ``sweep.extends`` for a file another one extends)."""
     if not path.is_file():
-        raise ConfigError("sweep", str(path), "an existing YAML file")
+        raise ConfigError(key, str(path), "an existing YAML file")
     try:
         spec = OmegaConf.load(path)
     except (OSError, UnicodeError, yaml.YAMLError, OmegaConfBaseException, ValueError) as err:
-        raise ConfigError("sweep", str(path), f"a readable YAML file ({str(err).splitlines()[0]})") from None
+        raise ConfigError(key, str(path), f"a readable YAML file ({str(err).splitlines()[0]})") from None
     if not isinstance(spec, DictConfig):
-        raise ConfigError("sweep", type(plain(spec)).__name__, f"a mapping with keys {', '.join(SweepSpec.model_fields)}")
-    return plain(spec)
+        raise ConfigError(key, type(plain(spec)).__name__,
+                          f"a mapping with keys {', '.join(SweepSpec.model_fields)}, extends")
+    spec = plain(spec)
+    parent = spec.pop("extends", None)
+    if parent is None:
+        return spec
+    if not isinstance(parent, str):
+        raise ConfigError("sweep.extends", parent, "the path of another sweep file, relative to this one")
+    parent_path = path.parent / parent
+    chain = (*extended_by, path.resolve())
+    if parent_path.resolve() in chain:
+        raise ConfigError("sweep.extends", parent, f"a sweep file that does not extend {path} again (a cycle)")
+    return _extend(read_spec(parent_path, "sweep.extends", chain), spec)
+
+
+def _extend(parent: dict, child: dict) -> dict:
+    """``child``'s keys applied to ``parent``: ``base`` and ``mixer_kwargs`` merged key by key (lists replaced),
+    ``grid`` axes replaced in place or added at the end, other keys replaced; ``name`` and ``out`` are the
+    child's own (None: from its file name), so a sweep that extends another never writes into its folder."""
+    merged = {k: v for k, v in parent.items() if k not in ("name", "out")}
+    for k, v in child.items():
+        if k in ("base", "mixer_kwargs") and isinstance(v, dict) and isinstance(parent.get(k), dict):
+            merged[k] = plain(OmegaConf.merge(OmegaConf.create(parent[k]), OmegaConf.create(v)))
+        elif k == "grid" and isinstance(v, dict) and isinstance(parent.get(k), dict):
+            merged[k] = {**parent[k], **v}
+        else:
+            merged[k] = v
+    return merged
 
 
 def _parse_override(item: str):

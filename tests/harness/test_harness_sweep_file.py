@@ -147,3 +147,32 @@ def test_only_that_selects_nothing_is_a_config_error(write_sweep, item, allowed,
     assert sweep_main([str(path), "--only", "model.mixer=softmax", "--only", item, "--dry-run"]) == 2
     err = capsys.readouterr().err
     assert "--only" in err and allowed in err
+
+
+def test_a_sweep_that_extends_another(write_sweep, tmp_path):
+    parent = write_sweep(grid={"model.mixer": ["softmax", "swa"], "train.lr": [1e-3, 1e-2]},
+                         mixer_kwargs={"swa": {"window": 4}})
+    child = tmp_path / "child.yaml"
+    OmegaConf.save(OmegaConf.create({"extends": parent.name, "base": {"train": {"max_epochs": 3}},
+                                     "grid": {"train.lr": [1e-4, 1e-3, 1e-2], "seed": [0, 1]}}), child)
+    sweep = load_sweep(child)
+    assert sweep.name == "child" and sweep.out.name == "child"  # never the parent's folder
+    assert sweep.count == 2 * 3 * 2  # mixer kept, lr replaced in place, seed added at the end
+    runs = sweep.runs
+    assert [(r.cfg.model.mixer, r.cfg.train.lr, r.cfg.seed) for r in runs[:3]] == [("softmax", 1e-4, 0),
+                                                                                  ("softmax", 1e-4, 1),
+                                                                                  ("softmax", 1e-3, 0)]
+    assert {r.cfg.train.max_epochs for r in runs} == {3}
+    assert {r.cfg.task.params.input_seq_len for r in runs} == {r.cfg.task.params.input_seq_len
+                                                               for r in load_sweep(parent).runs}  # base merged
+    assert {dict(r.cfg.model.mixer_kwargs).get("window") for r in runs if r.cfg.model.mixer == "swa"} == {4}
+
+
+@pytest.mark.parametrize("extends, fragment", [("missing.yaml", "existing YAML file"), ("self.yaml", "a cycle"),
+                                               (3, "path of another sweep file")])
+def test_bad_extends_names_the_key(write_sweep, tmp_path, extends, fragment):
+    path = tmp_path / "self.yaml"
+    OmegaConf.save(OmegaConf.create({"extends": extends, "grid": {"train.lr": [1e-3]}}), path)
+    with pytest.raises(ConfigError, match="sweep.extends") as info:
+        load_sweep(path)
+    assert fragment in str(info.value)

@@ -21,6 +21,16 @@ def test_state_tracking():
     assert len(negative) == 16 and {r.cfg.model.mixer for r in negative} == {"deltanet"}
 
 
+def test_s5_protocol_is_state_tracking_on_s5_under_the_mqar_protocol():
+    sweep = load_sweep(SWEEPS / "s5_protocol.yaml")
+    assert sweep.name == "s5_protocol" and len(sweep.runs) == 72
+    assert {(r.cfg.task.name, r.cfg.task.params.group, r.cfg.train.max_epochs) for r in sweep.runs} == {
+        ("word_problem", "S5", 64)}
+    assert sorted({r.cfg.train.lr for r in sweep.runs}) == [1e-4, 4.6416e-4, 2.1544e-3, 1e-2]
+    assert {r.cfg.model.mixer for r in sweep.runs} == {r.cfg.model.mixer for r in load_sweep(
+        SWEEPS / "state_tracking.yaml").runs}
+
+
 def test_mad_has_each_difficulty_change_once_per_task():
     sweep = load_sweep(SWEEPS / "mad.yaml", ["model.mixer=softmax", "train.lr=0.001", "train.weight_decay=0.0"])
     tasks = [r.cfg.task.name for r in sweep.runs]
