@@ -11,7 +11,9 @@ with key and value token shift. Each stores the layer's weights under the releas
 ``x``, ``cos``/``sin`` (float64; the released model rounds them to bf16, a model-level detail), the
 output ``y`` for an upstream gradient ``gy``, and the gradients ``grad.x`` and ``grad.<weight name>``.
 The layer computes its gate amplitude and shift weights in float32, so the fixtures are float32-exact.
-Set ``ZOO_THIRD_PARTY`` to use a checkout elsewhere than ``<repo>/third_party``.
+Set ``ZOO_THIRD_PARTY`` to use a checkout elsewhere than ``<repo>/third_party``. Regenerated from nanochat at
+b41ed57 (``nanochat/gpt_gated.py`` and ``GFWA/`` last changed in 520d0ce), the fixtures come out the same tensors
+as the committed ones.
 """
 from __future__ import annotations
 
