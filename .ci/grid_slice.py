@@ -29,6 +29,8 @@ import sys
 import time
 from pathlib import Path
 
+from omegaconf import OmegaConf
+
 from zoo.results import final_records, read_jsonl
 from zoo.sweep import load_sweep
 
@@ -64,10 +66,7 @@ def selection(sweep, run) -> list[str]:
     options = []
     for axis in sweep.axes:
         key = next(iter(axis.settings[0]))
-        value = run.config
-        for part in key.split("."):
-            value = value[part]
-        options += ["--only", f"{key}={value}"]
+        options += ["--only", f"{key}={OmegaConf.select(run.cfg, key)}"]
     return options
 
 
@@ -104,7 +103,8 @@ def main(argv: list[str] | None = None) -> int:
     committed = Path(args.committed) / "results.jsonl"
     if not (out / "results.jsonl").exists() and committed.exists():
         (out / "results.jsonl").write_bytes(committed.read_bytes())
-    rates = epoch_rates(read_jsonl(committed))
+    committed_records = read_jsonl(committed)
+    rates = epoch_rates(committed_records)
     spent_path = out / "slice_spent.json"
     spent = json.loads(spent_path.read_text()) if spent_path.exists() else {}
     slowest = max(rates, key=lambda m: statistics.median(r for _, r in rates[m]), default=None)
@@ -140,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
             tried.add(run.id)  # a failing run is not tried again in this call
         if code == 130:
             break  # interrupted at the limit
-    known = {r["id"] for r in read_jsonl(committed)}
+    known = {r["id"] for r in committed_records}
     new = [r for r in final_records(out).values() if r["id"] not in known]
     (out / "new.jsonl").write_text("".join(json.dumps(r) + "\n" for r in new))
     for r in new:

@@ -23,6 +23,7 @@ when it exists, else from the record's ``task_params``.
 """
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from pathlib import Path
@@ -268,7 +269,7 @@ def draw_curves(records: list[dict], stem: Path) -> list[Path]:
     lrs = sorted(frame["lr"].unique())
     colours = dict(zip(lrs, plt.get_cmap("viridis")([i / max(len(lrs) - 1, 1) * 0.9 for i in range(len(lrs))])))
     seeds = sorted(frame["seed"].unique())
-    styles = dict(zip(seeds, ["-", "--", ":", "-."] * (len(seeds) // 4 + 1)))
+    styles = dict(zip(seeds, itertools.cycle(["-", "--", ":", "-."])))
     panels = sorted(frame.groupby(["task", "seq_len", "d_model", "mixer"]).groups)
     fig, axes = _panels(len(panels))
     for ax, (task, n, d, mixer) in zip(axes, panels):

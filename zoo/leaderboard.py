@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from zoo.figures import FIGURES, draw
 from zoo.results import FINAL, final_records
 
 CELL = ["task", "mixer", "seq_len", "d_model"]
@@ -297,8 +298,6 @@ def print_and_save(sweep_dir: Path, csv_path: Path | None = None, png_path: Path
 
 
 def main(argv: list[str] | None = None) -> int:
-    from zoo.figures import FIGURES, draw
-
     parser = argparse.ArgumentParser(prog="python -m zoo.leaderboard", description=__doc__.splitlines()[0])
     parser.add_argument("sweep_dir", help="a sweep's output folder (holds results.jsonl)")
     parser.add_argument("--out", help="CSV path (default <sweep_dir>/leaderboard.csv)")
