@@ -19,7 +19,7 @@ FOLDERS = sorted(p.parent.name for p in (ROOT / "results").glob("*/results.jsonl
 
 
 def test_every_sweep_results_folder_is_checked():
-    assert FOLDERS == ["mad_recall", "mqar", "state_tracking", "swa_window"]
+    assert FOLDERS == ["mad_recall", "mqar", "s5_protocol", "state_tracking", "swa_window"]
 
 
 @pytest.mark.parametrize("name", FOLDERS)
