@@ -79,9 +79,9 @@ class ModelConfig(Schema):
     positions: Optional[Literal["learned", "rope", "none"]] = None  # None: the mixer's default (attention: learned)
     init: Literal["zoology", "mixer"] = "zoology"  # zoology: N(0, 0.02) on every Linear and Embedding; mixer: its own
     dropout: Annotated[Number, Field(ge=0, lt=1)] = 0.1  # attention dropout, for mixers that take it (Zoology: 0.1)
-    # dropout on the embeddings (and learned positions) before the first block. Zoology's figure-2 runs use 0.1; zoo's
-    # default is 0 because its committed grids were trained without it (README, "Model setup")
-    embed_dropout: Annotated[Number, Field(ge=0, lt=1)] = 0.0
+    # dropout on the embeddings (and learned positions) before the first block (Zoology: 0.1). The sweeps whose results
+    # are committed set 0, the value they were trained with before this key existed (README, "Model setup")
+    embed_dropout: Annotated[Number, Field(ge=0, lt=1)] = 0.1
     layers: Optional[list[LayerConfig]] = None  # n_layers per-layer overrides (a hybrid model); None: none
     backbone: Literal["lm", "autoencoder"] = "lm"  # the one the task needs; autoencoder: MAD's (zoo/autoencoder.py)
 

@@ -51,12 +51,13 @@ def test_run_id_is_stable_and_order_free():
 
 def test_a_key_added_later_keeps_earlier_run_ids():
     """model.embed_dropout came after results were committed: at the value earlier runs had (0) it stays out of the
-    id, so they stay finished; set, it makes another run."""
-    base = make_run_config({"model": {"mixer": "swa"}})
+    id, so they stay finished; at any other value, its default (Zoology's 0.1) included, it makes another run."""
+    base = make_run_config({"model": {"mixer": "swa", "embed_dropout": 0.0}})
     earlier = plain(base)
     del earlier["model"]["embed_dropout"]
     assert run_id(base) == run_id(earlier)
-    assert run_id(make_run_config({"model": {"mixer": "swa", "embed_dropout": 0.1}})) != run_id(base)
+    default = make_run_config({"model": {"mixer": "swa"}})
+    assert default.model.embed_dropout == 0.1 and run_id(default) != run_id(base)
 
 
 def test_sweep_grid_tied_axes_and_per_mixer_kwargs(write_sweep):

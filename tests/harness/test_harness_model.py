@@ -19,6 +19,7 @@ def unfused_forward(model: LanguageModel, ids: torch.Tensor) -> torch.Tensor:
     x = model.embed(ids)
     if model.pos_embed is not None:
         x = x + model.pos_embed.weight[:ids.shape[1]]
+    x = nn.functional.dropout(x, model.embed_dropout, model.training)
     for block in model.blocks:
         x = x + block.mixer(block.norm1(x))
         if not isinstance(block.state_mixer, nn.Identity):

@@ -153,14 +153,14 @@ def test_compiled_graphed_training_follows_eager_training(tmp_path, capfd):
 
 
 def _run_losses(mixer: str, tmp_path, compile: bool, graphs: bool) -> list[float]:
-    """Test losses per epoch of a small MQAR run (fp32, dropout 0)."""
+    """Test losses per epoch of a small MQAR run (fp32, no dropout)."""
     from zoo.config import make_run_config
     from zoo.run import train
 
     cfg = make_run_config({
         "task": {"name": "mqar", "params": {"vocab_size": 128, "input_seq_len": 64, "num_kv_pairs": 4},
                  "train": [{"num_examples": 2000}], "test": [{"num_examples": 200}]},
-        "model": {"mixer": mixer, "d_model": 64, "dropout": 0.0},
+        "model": {"mixer": mixer, "d_model": 64, "dropout": 0.0, "embed_dropout": 0.0},
         "train": {"batch_size": 128, "max_epochs": 2, "lr": 3e-3, "precision": "fp32", "cuda_graphs": graphs,
                   "compile": compile, "early_stop_accuracy": None, "progress_bar": False}})
     record = train(cfg, tmp_path / f"{mixer}-{compile}-{graphs}", quiet=True)

@@ -9,7 +9,8 @@ def test_softmax_learns_small_mqar(tmp_path):
                  "train": [{"num_examples": 4000}], "test": [{"num_examples": 500}]},
         # the training loop must learn; mixer init and no dropout learn this cell in a few CPU epochs, while
         # the default Zoology setup starts slower (0.60 after 12 epochs here, as Zoology's own attention does)
-        "model": {"mixer": "softmax", "d_model": 64, "n_layers": 2, "init": "mixer", "dropout": 0.0},
+        "model": {"mixer": "softmax", "d_model": 64, "n_layers": 2, "init": "mixer", "dropout": 0.0,
+                  "embed_dropout": 0.0},
         "train": {"batch_size": 64, "max_epochs": 12, "lr": 3e-3, "early_stop_accuracy": 0.95,
                   "progress_bar": False},
     })
