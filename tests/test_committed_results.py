@@ -4,6 +4,7 @@ what ``zoo.leaderboard`` makes of the records, and the README's run count is the
 that forgets to regenerate them, or a sweep edit that would orphan finished runs (their ids change, so a rerun would
 not skip them), fails here."""
 import io
+import json
 import re
 from pathlib import Path
 
@@ -48,3 +49,13 @@ def test_committed_leaderboard_is_regenerated_from_the_records(name):
 def test_grid_readme_table_is_regenerated_from_the_records():
     folder = ROOT / "results" / "mqar"
     assert markdown(leaderboard(load_records(folder))) in (folder / "README.md").read_text()
+
+
+@pytest.mark.parametrize("sweep, records", [("gatedfwa_claims", "h100_n128_protocol.jsonl"),
+                                            ("gatedfwa_claim_seeds", "h100_claim_cell_seeds.jsonl"),
+                                            ("gatedfwa_ablation", "h100_gatedfwa_ablation_n128.jsonl")])
+def test_fidelity_records_are_runs_of_their_sweep(sweep, records, tmp_path):
+    """results/FIDELITY.md's claim runs keep their ids: rerunning their sweep finds them finished."""
+    sweep_ids = {run.id for run in load_sweep(ROOT / "sweeps" / f"{sweep}.yaml", out=str(tmp_path), lazy=True).runs}
+    ids = {json.loads(line)["id"] for line in (ROOT / "results" / "fidelity" / records).read_text().splitlines()}
+    assert ids and ids <= sweep_ids
