@@ -136,8 +136,9 @@ class LanguageModel(nn.Module):
             (GPT-2 init of embeddings and MLPs, every mixer initialises its own parameters).
         dropout: attention dropout, given to mixers that take ``dropout``.
         embed_dropout: dropout on the embeddings (plus learned positions) before the first block, as Zoology's
-            ``embed_dropout``. 0 for a bare module, so that two models built alike compute alike in training
-            mode; a run config's default is Zoology's 0.1 (``zoo.config.ModelConfig``, README "Model setup").
+            ``embed_dropout``. A run config's default is Zoology's 0.1 (``zoo.config.ModelConfig``, README "Model
+            setup"); a model built directly gets 0, so a mixer without dropout of its own adds no random op in
+            training mode (the GPU-against-CPU tests compare such models' training-mode outputs).
         layers: per-layer overrides of ``mixer``/``mixer_kwargs`` (a hybrid model, e.g. BaseConv and sliding
             windows as in BASED, or attention in one layer of a recurrent model); see :func:`layer_mixers`.
 
