@@ -4,7 +4,6 @@ what ``zoo.leaderboard`` makes of the records, and the README's run count is the
 that forgets to regenerate them, or a sweep edit that would orphan finished runs (their ids change, so a rerun would
 not skip them), fails here."""
 import io
-import json
 import re
 from pathlib import Path
 
@@ -12,11 +11,16 @@ import pandas as pd
 import pytest
 
 from zoo.leaderboard import leaderboard, load_records, markdown
-from zoo.results import final_records
+from zoo.results import final_records, read_jsonl
 from zoo.sweep import load_sweep
 
 ROOT = Path(__file__).resolve().parents[1]
 FOLDERS = sorted(p.parent.name for p in (ROOT / "results").glob("*/results.jsonl"))
+
+
+def sweep_ids(sweep: str, out) -> set[str]:
+    """The run ids of sweeps/<sweep>.yaml as the file defines it now."""
+    return {run.id for run in load_sweep(ROOT / "sweeps" / f"{sweep}.yaml", out=str(out), lazy=True).runs}
 
 
 def test_every_sweep_results_folder_is_checked():
@@ -25,15 +29,15 @@ def test_every_sweep_results_folder_is_checked():
 
 @pytest.mark.parametrize("name", FOLDERS)
 def test_records_are_finished_runs_of_the_sweep(name, tmp_path):
-    sweep_ids = {run.id for run in load_sweep(ROOT / "sweeps" / f"{name}.yaml", out=str(tmp_path), lazy=True).runs}
+    ids = sweep_ids(name, tmp_path)
     records = final_records(ROOT / "results" / name)
-    assert set(records) <= sweep_ids
+    assert set(records) <= ids
     assert {r["status"] for r in records.values()} == {"completed"}
     title = (ROOT / "results" / name / "README.md").read_text().splitlines()[0]
     counts = [int(n) for n in re.findall(r"(\d+) (?:of \d+ )?runs", title)]
     assert counts == [len(records)], title
     partial = re.search(r"(\d+) of (\d+) runs", title)
-    assert partial is None or int(partial.group(2)) == len(sweep_ids), title
+    assert partial is None or int(partial.group(2)) == len(ids), title
 
 
 @pytest.mark.parametrize("name", FOLDERS)
@@ -56,6 +60,5 @@ def test_grid_readme_table_is_regenerated_from_the_records():
                                             ("gatedfwa_ablation", "h100_gatedfwa_ablation_n128.jsonl")])
 def test_fidelity_records_are_runs_of_their_sweep(sweep, records, tmp_path):
     """results/FIDELITY.md's claim runs keep their ids: rerunning their sweep finds them finished."""
-    sweep_ids = {run.id for run in load_sweep(ROOT / "sweeps" / f"{sweep}.yaml", out=str(tmp_path), lazy=True).runs}
-    ids = {json.loads(line)["id"] for line in (ROOT / "results" / "fidelity" / records).read_text().splitlines()}
-    assert ids and ids <= sweep_ids
+    ids = {r["id"] for r in read_jsonl(ROOT / "results" / "fidelity" / records)}
+    assert ids and ids <= sweep_ids(sweep, tmp_path)

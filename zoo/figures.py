@@ -270,11 +270,9 @@ def draw_curves(records: list[dict], stem: Path) -> list[Path]:
     colours = dict(zip(lrs, plt.get_cmap("viridis")([i / max(len(lrs) - 1, 1) * 0.9 for i in range(len(lrs))])))
     seeds = sorted(frame["seed"].unique())
     styles = dict(zip(seeds, itertools.cycle(["-", "--", ":", "-."])))
-    panels = sorted(frame.groupby(["task", "seq_len", "d_model", "mixer"]).groups)
-    fig, axes = _panels(len(panels))
-    for ax, (task, n, d, mixer) in zip(axes, panels):
-        panel = frame[(frame["task"] == task) & (frame["seq_len"] == n) & (frame["d_model"] == d)
-                      & (frame["mixer"] == mixer)]
+    panels = frame.groupby(["task", "seq_len", "d_model", "mixer"])  # sorted by key
+    fig, axes = _panels(panels.ngroups)
+    for ax, ((task, n, d, mixer), panel) in zip(axes, panels):
         for (lr, seed, _), run in sorted(panel.groupby(["lr", "seed", "id"])):
             ax.plot(run["epoch"], run["accuracy"], color=colours[lr], linestyle=styles[seed], linewidth=1.2,
                     label=f"lr {lr:.2g}" + (f", seed {seed}" if len(seeds) > 1 else ""))
