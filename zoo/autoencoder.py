@@ -27,7 +27,8 @@ import torch
 from torch import nn
 
 from zoo.kernels.layer_norm import LayerNorm
-from zoo.model import LanguageModel, pick
+from zoo.kernels.layout import rows_at
+from zoo.model import LanguageModel
 
 
 def sinusoids(num_positions: int, dim: int) -> torch.Tensor:
@@ -80,7 +81,7 @@ class AutoEncoder(nn.Module):
         """(B, T) token ids -> (B, T, D) decoder hidden states, or with ``positions`` (B, K) those positions' alone
         (apply ``logits`` where needed)."""
         hidden = self.decode(self.encode(input_ids), input_ids.shape[1])
-        return hidden if positions is None else pick(hidden, positions)
+        return hidden if positions is None else rows_at(hidden, positions)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """(..., D) decoder hidden states -> (..., V) logits."""

@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from zoo.kernels.embedding import Embedding
+from zoo.kernels.layout import rows_at
 from zoo.kernels.layer_norm import LayerNorm
 from zoo.errors import ConfigError
 from zoo.mixers.registry import POSITIONS, get_mixer
@@ -34,9 +35,9 @@ class MLP(nn.Module):
 STATE_MIXERS = {"identity": lambda d_model: nn.Identity(), "mlp": MLP}
 
 
-def pick(hidden: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-    """hidden (B, L, D) at ``positions`` (B, K) -> (B, K, D)."""
-    return hidden.gather(1, positions.unsqueeze(-1).expand(-1, -1, hidden.shape[-1]))
+# A mixer that can compute its outputs at some rows alone (``outputs_at_positions``) is asked to in the last block
+# when those rows are at most this share of the sequence (MQAR: 1/16 to 1/8); for more, its full form is cheaper.
+PICKED_SHARE = 0.25
 
 
 class Block(nn.Module):
@@ -44,8 +45,14 @@ class Block(nn.Module):
 
     Each residual addition is left to the norm that reads its result (``LayerNorm.after_add``: one pass each way on
     a GPU, the numbers of the add and the norm apart): ``forward(x, update)`` first adds ``update``, the previous
-    block's last output (None before the first block), and returns the stream with its own last output, not yet
-    added. ``LanguageModel.forward`` adds the last one in its final norm.
+    block's last output (or the first block's learned positions; None if there is nothing to add), and returns the
+    stream with its own last output, not yet added. ``LanguageModel.forward`` adds the last one in its final norm.
+
+    With ``positions`` (B, K) only those rows of the block's outputs are wanted (the last block: its outputs reach
+    the head alone, and the state mixer works row by row): it returns (B, K, D) rows. A mixer with
+    ``outputs_at_positions`` then computes its output at those rows alone (attention: K queries instead of L) when
+    K <= ``PICKED_SHARE`` * L; any other mixer's output is picked after it. The loss and every gradient are those of
+    the full computation (the rows left out reach no loss); only attention dropout draws other random numbers.
     """
 
     def __init__(self, d_model: int, mixer: nn.Module, state_mixer: str):
@@ -56,11 +63,20 @@ class Block(nn.Module):
         self.norm2 = LayerNorm(d_model, to_matmul=True)  # read by the MLP's fc1 alone
         self.state_mixer = STATE_MIXERS[state_mixer](d_model)
         self.passes_layer_state = getattr(mixer, "uses_layer_state", False)
+        self.mixer_picks = getattr(mixer, "outputs_at_positions", False)
 
-    def forward(self, x: torch.Tensor, update: torch.Tensor | None,
-                layer_state: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, x: torch.Tensor, update: torch.Tensor | None, layer_state: dict,
+                positions: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         x, h = (x, self.norm1(x)) if update is None else self.norm1.after_add(x, update)
-        update = self.mixer(h, layer_state) if self.passes_layer_state else self.mixer(h)
+        args = (h, layer_state) if self.passes_layer_state else (h,)
+        if positions is None:
+            update = self.mixer(*args)
+        elif self.mixer_picks and positions.shape[1] <= PICKED_SHARE * x.shape[1]:
+            update = self.mixer(*args, positions=positions)
+        else:
+            update = rows_at(self.mixer(*args), positions)
+        if positions is not None:
+            x = rows_at(x, positions)
         if not isinstance(self.state_mixer, nn.Identity):
             x, h = self.norm2.after_add(x, update)
             update = self.state_mixer(h)
@@ -198,23 +214,27 @@ class LanguageModel(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
         """(B, L) token ids -> (B, L, D) final hidden states, or with ``positions`` (B, K) those positions' alone,
-        (B, K, D) (apply ``logits`` where needed). The final norm works row by row, so it runs on the K picked rows
-        only: a task with few labelled positions (MQAR's K = L / 16 at N=256) skips it for the others."""
+        (B, K, D) (apply ``logits`` where needed). The last block and the final norm then work on the K picked rows
+        only (``Block``): a task with few labelled positions (MQAR's K = L / 16 at N=256) skips the rest."""
         L = input_ids.shape[1]
         if L > self.max_seq_len:
             raise ValueError(f"sequence length {L} exceeds max_seq_len={self.max_seq_len}")
         x = self.embed(input_ids)
+        update = None  # what the next norm adds to x first: the positions, then each block's output
         if self.pos_embed is not None:
-            x = x + self.pos_embed.weight[:L]
+            pos = self.pos_embed.weight[:L]
+            if self.embed_dropout and self.training:
+                x = x + pos
+            else:  # the first block's norm adds them (one pass each way, where x + pos and its gradient's sum took two)
+                update = pos.expand_as(x)
         if self.embed_dropout:
             x = nn.functional.dropout(x, self.embed_dropout, self.training)
         layer_state: dict = {}
-        update = None  # each block's output, added to x by the norm after it
-        for block in self.blocks:
-            x, update = block(x, update, layer_state)
-        if positions is not None:
-            x = pick(x, positions)
-            update = None if update is None else pick(update, positions)
+        last = len(self.blocks) - 1
+        for i, block in enumerate(self.blocks):
+            x, update = block(x, update, layer_state, positions if i == last else None)
+        if positions is not None and not self.blocks:
+            x, update = rows_at(x, positions), None if update is None else rows_at(update, positions)
         return self.norm(x) if update is None else self.norm.after_add(x, update)[1]
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:

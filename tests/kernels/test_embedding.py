@@ -7,7 +7,7 @@ import torch.nn.functional as F
 
 from zoo.kernels import backend
 from zoo.kernels.embedding import Embedding, embedding
-from zoo.kernels.embedding.sorted_sum import embedding_backward
+from zoo.kernels.embedding.sorted_sum import embedding_backward, occurrences
 from graph_capture import capture
 
 V = 50
@@ -44,6 +44,17 @@ def test_triton_backward_matches_reference_and_is_bitwise_repeatable(D):
     torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-5)  # row 7 sums 200 values
     assert not got[40:].any()
     assert torch.equal(got, weight_grad(ids, weight, grad, "triton")[1])
+
+
+@pytest.mark.parametrize("rows, key", [(32766, torch.int16), (32767, torch.int32), (40000, torch.int32)])
+def test_occurrences_of_the_last_rows_at_every_key_width(rows, key):
+    ids = torch.tensor([[rows - 1, 5, rows - 1, 0], [rows - 2, rows - 1, 5, rows // 2]])
+    sorted_ids, bounds, order = occurrences(ids, rows)
+    assert sorted_ids.dtype == key
+    flat = ids.reshape(-1)
+    for row in (0, 5, rows // 2, rows - 2, rows - 1):
+        assert order[bounds[row]:bounds[row + 1]].tolist() == (flat == row).nonzero().flatten().tolist()
+    assert bounds[-1] == flat.numel() and bounds[1] == 1 and (bounds[6:rows // 2 + 1] == 3).all()
 
 
 @pytest.mark.parametrize("grad_dtype", [torch.float32, torch.bfloat16])

@@ -61,7 +61,7 @@ def test_rope_rotates_by_relative_position():
 def test_model_options_reach_mixers_that_take_them():
     model = small_model("softmax", positions="rope", dropout=0.25)
     mixer = model.blocks[0].mixer
-    assert mixer.rope and mixer.dropout == 0.25 and model.pos_embed is None
+    assert mixer.rope and mixer.attention_dropout == 0.25 and model.pos_embed is None
     assert small_model("softmax").pos_embed is not None  # attention's default: learned positions
     assert small_model("hyena").pos_embed is None  # a mixer without default_positions: none
     assert not small_model("swa", positions="learned").blocks[0].mixer.rope

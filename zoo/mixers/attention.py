@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from zoo.kernels.gatedfwa import gated_window_attention
+from zoo.kernels.layout import rows_at
 from zoo.kernels.linear import Linear
 from zoo.errors import ConfigError
 from zoo.mixers.registry import POSITIONS, register_mixer
@@ -31,6 +32,8 @@ class MultiHeadMixer(nn.Module):
 
     default_positions = "learned"  # Zoology's attention baseline uses learned absolute positions
     input_feeds_one_matmul = True  # x reaches the qkv projection alone (a subclass whose attend reads x says False)
+    outputs_at_positions = True  # forward(x, positions) attends from those queries alone (``attend_at``)
+    attention_dropout = 0.0  # dropout on the attention probabilities in training (``attend_at`` applies it)
 
     def __init__(self, d_model: int, layer_idx: int = 0, max_seq_len: int = 2048, num_heads: int = 2,
                  bias: bool = True, positions: str = "learned"):
@@ -49,14 +52,31 @@ class MultiHeadMixer(nn.Module):
         B, L, _ = x.shape
         return self.qkv(x).view(B, L, 3, self.num_heads, self.head_dim).unbind(2)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+        """x (B, L, D) -> (B, L, D), or with ``positions`` (B, K) the outputs at those rows alone, (B, K, D): the
+        queries there attend to every key they see, and the other queries are never formed into outputs."""
         q, k, v = self.project(x)
         if self.rope:
             q, k = apply_rope(q), apply_rope(k)
-        return self.out_proj(self.attend(q, k, v, x).flatten(2))
+        o = self.attend(q, k, v, x) if positions is None else self.attend_at(q, k, v, positions)
+        return self.out_proj(o.flatten(2))
 
     def attend(self, q, k, v, x):  # pragma: no cover - abstract
         raise NotImplementedError
+
+    def visible(self, query: torch.Tensor, key: torch.Tensor) -> torch.Tensor:  # pragma: no cover - abstract
+        """Whether the query at position ``query`` sees the key at ``key`` (broadcast int64 tensors -> bool)."""
+        raise NotImplementedError
+
+    def attend_at(self, q, k, v, positions):
+        """The queries at ``positions`` (B, K) alone: o (B, K, H, D/H) from q, k, v (B, L, H, D/H), through SDPA
+        with the mask ``visible`` gives (at MQAR's K = L / 16, a sixteenth of the causal attention's work)."""
+        B, L, H, d = q.shape
+        q = rows_at(q, positions)
+        mask = self.visible(positions[:, None, :, None], torch.arange(L, device=q.device))  # (B, 1, K, L)
+        o = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_mask=mask,
+                                           dropout_p=self.attention_dropout if self.training else 0.0)
+        return o.transpose(1, 2)
 
 
 @register_mixer("softmax")
@@ -73,12 +93,15 @@ class SoftmaxAttention(MultiHeadMixer):
         super().__init__(d_model, layer_idx, max_seq_len, num_heads, bias, positions)
         if not 0 <= dropout < 1:
             raise ConfigError("model.dropout", dropout, "a probability in [0, 1)")
-        self.dropout = dropout
+        self.attention_dropout = dropout
 
     def attend(self, q, k, v, x):
         o = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True,
-                                           dropout_p=self.dropout if self.training else 0.0)
+                                           dropout_p=self.attention_dropout if self.training else 0.0)
         return o.transpose(1, 2)
+
+    def visible(self, query, key):
+        return key <= query
 
     def state_size(self, seq_len: int) -> int:
         """Values cached after ``seq_len`` tokens: keys and values, 2 * L * D."""
@@ -105,6 +128,9 @@ class SlidingWindowAttention(MultiHeadMixer):
 
     def attend(self, q, k, v, x):
         return gated_window_attention(q, k, v, None, self.window)
+
+    def visible(self, query, key):
+        return (key <= query) & (key > query - self.window)
 
     def state_size(self, seq_len: int) -> int:
         """Values cached after ``seq_len`` tokens: keys and values of the last ``window`` tokens."""

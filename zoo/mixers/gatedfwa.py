@@ -88,6 +88,7 @@ class GatedFWA(SlidingWindowAttention):
     """
 
     input_feeds_one_matmul = False  # attend reads x too (gate, output gate): its gradients must add in float32
+    outputs_at_positions = False  # the gate and the output gate need their own picked forms: not written yet
 
     def __init__(self, d_model: int, layer_idx: int = 0, max_seq_len: int = 2048, num_heads: int = 2,
                  bias: bool = False, positions: str = "learned", window: int | None = None,
