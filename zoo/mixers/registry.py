@@ -14,6 +14,9 @@ Optional hooks a mixer may define:
 * ``default_positions``: the positions used when ``model.positions`` is null ("none" when absent).
 * ``uses_layer_state = True``: ``forward(x, layer_state)`` then also receives a dict shared by all
   layers of one model forward pass (RWKV-7 passes its first layer's values this way).
+* ``outputs_at_positions = True``: ``forward(x, positions=positions)`` with positions (B, K) int64 returns the
+  outputs at those rows alone, (B, K, D), the same numbers as the full output's rows there. The model asks for it in
+  its last block when K is at most a quarter of L (``zoo.model.Block``; softmax and SWA attend from K queries).
 """
 from __future__ import annotations
 
