@@ -73,8 +73,8 @@ class MultiHeadMixer(nn.Module):
         with the mask ``visible`` gives (at MQAR's K = L / 16, a sixteenth of the causal attention's work).
 
         SDPA picks its kernel (cuDNN's masked one on an H100). Its math form, tried for so few queries, made softmax
-        slower, not faster (H100, B=256, L=256, K=16): a training step 1.94 against 1.46 ms (two heads of 64), the
-        figure-2 epoch 0.675 against 0.549 s (one head of 128)."""
+        slower, not faster (two H100s of one session, B=256, L=256, K=16): a training step 1.94 against 1.46 ms (two
+        heads of 64), the figure-2 epoch 0.675 against 0.549 s (one head of 128)."""
         B, L, H, d = q.shape
         q = rows_at(q, positions)
         mask = self.visible(positions[:, None, :, None], torch.arange(L, device=q.device))  # (B, 1, K, L)
