@@ -106,9 +106,12 @@ def test_norms_write_what_their_matmul_reads_and_the_final_norm_only_labelled_ro
         torch.testing.assert_close(a, b, **exact)
 
 
-@pytest.mark.parametrize("mixer, kwargs", [("softmax", {}), ("softmax", {"positions": "rope", "state_mixer": "mlp"}),
-                                           ("swa", {"mixer_kwargs": {"window": 5}}), ("gatedfwa", {}), ("hyena", {})])
-def test_last_block_computes_its_outputs_at_the_labelled_rows_alone(monkeypatch, mixer, kwargs):
+@pytest.mark.parametrize("mixer, kwargs, picks", [
+    ("softmax", {}, True), ("softmax", {"positions": "rope", "state_mixer": "mlp"}, True),
+    ("swa", {"mixer_kwargs": {"window": 5}}, True), ("gatedfwa", {}, False), ("hyena", {}, False),
+    ("based", {"layers": [{}, {"mixer": "swa", "mixer_kwargs": {"window": 5}}]}, True),  # BASED's hybrid, swa last
+    ("swa", {"layers": [{}, {"mixer": "hyena"}], "state_mixer": "mlp"}, False)])
+def test_last_block_computes_its_outputs_at_the_labelled_rows_alone(monkeypatch, mixer, kwargs, picks):
     """The model's outputs at K <= L / 4 labelled rows, and every parameter's gradient, are those of the full forward
     at those rows (float64, no dropout); attention mixers attend from those K queries alone in their last block
     (``attend_at``), at more rows from every query, and the others compute every row and pick."""
@@ -124,7 +127,7 @@ def test_last_block_computes_its_outputs_at_the_labelled_rows_alone(monkeypatch,
     assert len(got) == len(want) > 1
     for a, b in zip(got, want):
         torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-12)
-    picks = mixer in ("softmax", "swa")  # GatedFWA's gates have no picked form yet
+    # GatedFWA's gates have no picked form yet; a last layer without one computes every row, then picks
     assert queries == ([32] if picks else [])  # one call, the last block's, with every query's projection
     model(ids, torch.zeros(3, 9, dtype=torch.long))  # 9 rows of 32: more than a quarter
     assert len(queries) == picks
