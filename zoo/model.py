@@ -233,8 +233,6 @@ class LanguageModel(nn.Module):
         last = len(self.blocks) - 1
         for i, block in enumerate(self.blocks):
             x, update = block(x, update, layer_state, positions if i == last else None)
-        if positions is not None and not self.blocks:
-            x, update = rows_at(x, positions), None if update is None else rows_at(update, positions)
         return self.norm(x) if update is None else self.norm.after_add(x, update)[1]
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
