@@ -1,4 +1,4 @@
-"""Memory layout helpers shared by zoo's Triton kernels and layers."""
+"""Memory layout helpers shared by zoo's Triton kernels."""
 from __future__ import annotations
 
 import functools
@@ -6,12 +6,6 @@ import functools
 import torch
 import triton
 import triton.language as tl
-
-
-def rows_at(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-    """x [B, L, ...] at ``positions`` [B, K] (int64, each in [0, L)) -> [B, K, ...]: a gather along dim 1."""
-    index = positions.view(*positions.shape, *(1,) * (x.dim() - 2)).expand(*positions.shape, *x.shape[2:])
-    return x.gather(1, index)
 
 
 def last_dim_contiguous(x: torch.Tensor) -> torch.Tensor:

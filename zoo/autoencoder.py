@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 from zoo.kernels.layer_norm import LayerNorm
-from zoo.kernels.layout import rows_at
+from zoo.kernels.rows import rows_at
 from zoo.model import LanguageModel
 
 

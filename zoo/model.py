@@ -12,8 +12,8 @@ import torch
 from torch import nn
 
 from zoo.kernels.embedding import Embedding
-from zoo.kernels.layout import rows_at
 from zoo.kernels.layer_norm import LayerNorm
+from zoo.kernels.rows import rows_at
 from zoo.errors import ConfigError
 from zoo.mixers.registry import POSITIONS, get_mixer
 

@@ -13,7 +13,7 @@ import zoo.kernels.layer_norm as layer_norm_op
 import zoo.model as model_module
 from zoo.kernels import backend
 from zoo.kernels.layer_norm import LayerNorm
-from zoo.kernels.layout import rows_at
+from zoo.kernels.rows import rows_at
 from zoo.mixers.attention import MultiHeadMixer
 from zoo.model import LanguageModel
 

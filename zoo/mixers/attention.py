@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from zoo.kernels.gatedfwa import gated_window_attention
-from zoo.kernels.layout import rows_at
+from zoo.kernels.rows import rows_at
 from zoo.kernels.linear import Linear
 from zoo.errors import ConfigError
 from zoo.mixers.registry import POSITIONS, register_mixer
