@@ -74,7 +74,7 @@ class ModelConfig(Schema):
     d_model: PositiveInt = 128
     n_layers: PositiveInt = 2
     mixer_kwargs: dict[str, Any] = {}
-    state_mixer: Literal["identity", "mlp"] = "identity"
+    state_mixer: Literal["identity", "normed", "mlp"] = "identity"  # "normed": Zoology's block (zoo.model.STATE_MIXERS)
     # Options every mixer shares; the defaults are Zoology's figure-2 setup (README, "Model setup").
     positions: Optional[Literal["learned", "rope", "none"]] = None  # None: the mixer's default (attention: learned)
     init: Literal["zoology", "mixer"] = "zoology"  # zoology: N(0, 0.02) on every Linear and Embedding; mixer: its own

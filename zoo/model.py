@@ -32,7 +32,10 @@ class MLP(nn.Module):
         return self.fc2(nn.functional.gelu(self.fc1(x), approximate="tanh"))
 
 
-STATE_MIXERS = {"identity": lambda d_model: nn.Identity(), "mlp": MLP}
+# What a block does after its mixer (``model.state_mixer``). "identity": nothing, x + mixer(norm1(x)) alone. "normed":
+# Zoology's ``TransformerBlock`` with its ``torch.nn.Identity`` state mixer (Zoology's MQAR models but Mamba's), which
+# still adds the identity of norm2's output: x + norm2(x) after the mixer's add. "mlp": x + mlp(norm2(x)).
+STATE_MIXERS = {"identity": lambda d_model: None, "normed": lambda d_model: nn.Identity(), "mlp": MLP}
 
 
 # A mixer that can compute its outputs at some rows alone (``outputs_at_positions``) is asked to in the last block
@@ -41,7 +44,7 @@ PICKED_SHARE = 0.25
 
 
 class Block(nn.Module):
-    """x + mixer(norm1(x)), then x + state_mixer(norm2(x)). (B, L, D) -> (B, L, D).
+    """x + mixer(norm1(x)), then x + state_mixer(norm2(x)) unless the state mixer is "identity". (B, L, D) -> (B, L, D).
 
     Each residual addition is left to the norm that reads its result (``LayerNorm.after_add``: one pass each way on
     a GPU, the numbers of the add and the norm apart): ``forward(x, update)`` first adds ``update``, the previous
@@ -60,7 +63,7 @@ class Block(nn.Module):
         # a norm whose output feeds one matmul alone writes it in autocast's dtype (LayerNorm's to_matmul)
         self.norm1 = LayerNorm(d_model, to_matmul=getattr(mixer, "input_feeds_one_matmul", False))
         self.mixer = mixer
-        self.norm2 = LayerNorm(d_model, to_matmul=True)  # read by the MLP's fc1 alone
+        self.norm2 = LayerNorm(d_model, to_matmul=state_mixer == "mlp")  # then read by the MLP's fc1 alone
         self.state_mixer = STATE_MIXERS[state_mixer](d_model)
         self.passes_layer_state = getattr(mixer, "uses_layer_state", False)
         self.mixer_picks = getattr(mixer, "outputs_at_positions", False)
@@ -77,7 +80,7 @@ class Block(nn.Module):
             update = rows_at(self.mixer(*args), positions)
         if positions is not None:
             x = rows_at(x, positions)
-        if not isinstance(self.state_mixer, nn.Identity):
+        if self.state_mixer is not None:
             x, h = self.norm2.after_add(x, update)
             update = self.state_mixer(h)
         return x, update
@@ -144,7 +147,9 @@ class LanguageModel(nn.Module):
         mixer: registered sequence mixer name (see ``zoo.mixers.registry``).
         mixer_kwargs: extra keyword arguments for the mixer's constructor.
         max_seq_len: longest sequence the model will see (sizes position tables and filters).
-        state_mixer: "identity" (Zoology's MQAR default) or "mlp".
+        state_mixer: "identity" (nothing after the mixer), "normed" (Zoology's MQAR blocks: its Identity state mixer
+            still adds norm2(x) to the stream) or "mlp"; see ``STATE_MIXERS``. zoo's default, "identity", deviates
+            from Zoology's block on purpose only in that the committed results were trained so; "normed" restores it.
         positions: "learned" (absolute position table added to the embeddings), "rope" (rotary, applied
             to queries and keys by mixers that take ``positions``), "none", or None for the mixer's own
             default (class attribute ``default_positions``, "none" when absent).

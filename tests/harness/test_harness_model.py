@@ -19,14 +19,15 @@ from zoo.model import LanguageModel
 
 
 def unfused_forward(model: LanguageModel, ids: torch.Tensor) -> torch.Tensor:
-    """The model's forward with every residual add apart from its norm: x + mixer(norm1(x)), x + mlp(norm2(x))."""
+    """The model's forward with every residual add apart from its norm: x + mixer(norm1(x)), then x + state_mixer(norm2(x))
+    unless the state mixer is "identity" (for "normed", Zoology's Identity, the add of norm2(x) itself)."""
     x = model.embed(ids)
     if model.pos_embed is not None:
         x = x + model.pos_embed.weight[:ids.shape[1]]
     x = nn.functional.dropout(x, model.embed_dropout, model.training)
     for block in model.blocks:
         x = x + block.mixer(block.norm1(x))
-        if not isinstance(block.state_mixer, nn.Identity):
+        if block.state_mixer is not None:
             x = x + block.state_mixer(block.norm2(x))
     return model.norm(x)
 
@@ -41,7 +42,8 @@ def output_and_grads(model, forward, ids, bf16, norms):
     return [hidden] + [p.grad for p in model.parameters() if p.grad is not None]
 
 
-@pytest.mark.parametrize("mixer, state_mixer", [("softmax", "identity"), ("hyena", "mlp"), ("rwkv", "identity")])
+@pytest.mark.parametrize("mixer, state_mixer", [("softmax", "identity"), ("hyena", "mlp"), ("rwkv", "identity"),
+                                                ("softmax", "normed")])
 @pytest.mark.parametrize("norms, bf16", [("naive", False), ("naive", True), ("triton", False)])
 def test_fused_residual_adds_give_the_unfused_numbers(monkeypatch, mixer, state_mixer, norms, bf16):
     """Bit for bit. (Under bf16 autocast the Triton interpreter rounds the bf16 gradient toward zero where a GPU
@@ -76,7 +78,7 @@ def logits_and_grads(model, forward, ids, positions, bf16):
 
 
 @pytest.mark.parametrize("mixer, state_mixer", [("softmax", "mlp"), ("hyena", "identity"), ("mamba", "identity"),
-                                                ("gatedfwa", "identity")])
+                                                ("gatedfwa", "identity"), ("softmax", "normed")])
 @pytest.mark.parametrize("bf16", [False, True])
 def test_norms_write_what_their_matmul_reads_and_the_final_norm_only_labelled_rows(monkeypatch, mixer, state_mixer,
                                                                                    bf16):
@@ -86,7 +88,7 @@ def test_norms_write_what_their_matmul_reads_and_the_final_norm_only_labelled_ro
     monkeypatch.setattr(model_module, "PICKED_SHARE", 0.0)
     torch.manual_seed(0)
     model = LanguageModel(40, 32, n_layers=2, mixer=mixer, max_seq_len=16, state_mixer=state_mixer)
-    assert model.norm.to_matmul and model.blocks[0].norm2.to_matmul
+    assert model.norm.to_matmul and model.blocks[0].norm2.to_matmul == (state_mixer == "mlp")
     assert model.blocks[0].norm1.to_matmul == (mixer != "gatedfwa")  # GatedFWA's gates read the norm's output too
     plain = copy.deepcopy(model)  # PyTorch's norms, each residual add apart, every row normalized
     for parent in [plain, *plain.blocks]:
@@ -108,6 +110,7 @@ def test_norms_write_what_their_matmul_reads_and_the_final_norm_only_labelled_ro
 
 @pytest.mark.parametrize("mixer, kwargs, picks", [
     ("softmax", {}, True), ("softmax", {"positions": "rope", "state_mixer": "mlp"}, True),
+    ("softmax", {"state_mixer": "normed"}, True),
     ("swa", {"mixer_kwargs": {"window": 5}}, True), ("gatedfwa", {}, False), ("hyena", {}, False),
     ("based", {"layers": [{}, {"mixer": "swa", "mixer_kwargs": {"window": 5}}]}, True),  # BASED's hybrid, swa last
     ("swa", {"layers": [{}, {"mixer": "hyena"}], "state_mixer": "mlp"}, False)])
