@@ -148,8 +148,8 @@ class LanguageModel(nn.Module):
         mixer_kwargs: extra keyword arguments for the mixer's constructor.
         max_seq_len: longest sequence the model will see (sizes position tables and filters).
         state_mixer: "identity" (nothing after the mixer), "normed" (Zoology's MQAR blocks: its Identity state mixer
-            still adds norm2(x) to the stream) or "mlp"; see ``STATE_MIXERS``. zoo's default, "identity", deviates
-            from Zoology's block on purpose only in that the committed results were trained so; "normed" restores it.
+            still adds norm2(x) to the stream) or "mlp"; see ``STATE_MIXERS``. The default, "identity", is not
+            Zoology's block: every committed result was trained with it, so it stays; "normed" restores Zoology's.
         positions: "learned" (absolute position table added to the embeddings), "rope" (rotary, applied
             to queries and keys by mixers that take ``positions``), "none", or None for the mixer's own
             default (class attribute ``default_positions``, "none" when absent).
