@@ -26,6 +26,8 @@ def tiny_sweep(tmp_path):
 def test_every_section_runs(tiny_sweep, tmp_path, monkeypatch, capsys):
     peer = {"status": "completed", "data_s": 1.0, "epoch_s": 2.0, "first_epoch_s": 2.5, "accuracy": [0.1, 0.2]}
     monkeypatch.setattr("zoo.bench.zoology_peer.zoology_attention_epoch", lambda *a, **k: peer)
+    timed = []  # the zoology section's zoo runs train the peer's model
+    monkeypatch.setattr(bench, "time_run", lambda cfg, run=bench.time_run: timed.append(cfg.model) or run(cfg))
     out = tmp_path / "bench.json"
     assert bench.main(["--sweep", tiny_sweep, "--epochs", "2", "--runs", "1,2", "--gpus", "1,2",
                        "--step-shape", "4,16,16", "--mixers", "softmax,swa",
@@ -37,6 +39,8 @@ def test_every_section_runs(tiny_sweep, tmp_path, monkeypatch, capsys):
     numbers = OmegaConf.to_container(OmegaConf.load(out))
     assert set(numbers) >= {"steps", "zoology", "epochs", "width_factor", "scaling", "gpus", "grid"}
     assert numbers["zoology"]["zoo bf16 graphs"]["status"] == "completed"  # graphs off by themselves on a CPU
+    peer_models = [m for m in timed if m.state_mixer == "normed"]
+    assert len(peer_models) == 3 and all(m.embed_dropout == 0.1 for m in peer_models)  # fp32, bf16 eager, graphs
     assert numbers["grid"]["groups"] == 2 * 1 * 2 and numbers["scaling"][1][1] == 2  # both concurrent runs ran
     assert all(row["error"] is None for row in numbers["steps"] if row["mixer"] in ("softmax", "swa"))
     # the gpus section's sweeps (CPU workers here): 1 and 2 devices, each all 4 runs (2 mixers x 2 lrs at d=16)

@@ -3,7 +3,8 @@
 Sections (``--sections``, default all):
   steps    one training step (zoo.step.TrainStep) of every mixer, eager / CUDA graphs / a group of 4, B=256 N=256 d=128
   zoology  Zoology vs zoo on MQAR N=256, kv=16, d=128, batch 256, 100k/3k: data time, epoch time, accuracy
-           (needs --zoology; Zoology runs last, after every zoo measurement)
+           (needs --zoology; Zoology runs last, after every zoo measurement); zoo trains Zoology's model
+           (zoology_peer.ZOOLOGY_MODEL: its block and its embedding dropout, whatever the sweep's base says)
   epochs   seconds per epoch of every mixer at every N of the sweep (d_model=128), one run and a group of
            the sweep's learning rates, and width factors
   scaling  aggregate epochs/s of 1, 2, 4, 8 concurrent runs on one GPU
@@ -78,8 +79,8 @@ def main(argv: list[str] | None = None) -> int:
     ref_d = 128 if 128 in widths else widths[0]
     lr = TIMING_LR if TIMING_LR in lrs else lrs[0]
 
-    def config(mixer, n, d, **train):
-        return timing_config(cell_config(mixer, shapes[n], d, lr, args.sweep), args.epochs, **train)
+    def config(mixer, n, d, model=None, **train):
+        return timing_config(cell_config(mixer, {**shapes[n], **(model or {})}, d, lr, args.sweep), args.epochs, **train)
 
     out: dict = {"device": device}
     t_start = time.time()
@@ -97,13 +98,15 @@ def main(argv: list[str] | None = None) -> int:
         out["steps"] = rows
 
     if "zoology" in sections and args.zoology:
-        from zoo.bench.zoology_peer import zoology_attention_epoch
+        from zoo.bench.zoology_peer import ZOOLOGY_MODEL, zoology_attention_epoch
 
         modes = {"zoo fp32": {"precision": "fp32", "cuda_graphs": False}, "zoo bf16 eager": {"cuda_graphs": False},
                  "zoo bf16 graphs": {"cuda_graphs": True}}
         if cuda:  # on a CPU, compiling would time the C++ compiler
             modes["zoo bf16 compile+graphs"] = {"compile": True}
-        results = {name: time_run(config("softmax", ref_n, ref_d, **train)) for name, train in modes.items()}
+        # zoo trains the peer's model, whatever the sweep file's base sets: Zoology's block and embedding dropout
+        results = {name: time_run(config("softmax", ref_n, ref_d, ZOOLOGY_MODEL, **train))
+                   for name, train in modes.items()}
         base = config("softmax", ref_n, ref_d)
         results["zoology fp32"] = zoology_attention_epoch(
             args.zoology, seq_len=ref_n, kv=base.task.params.num_kv_pairs, d_model=ref_d,

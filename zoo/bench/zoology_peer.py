@@ -16,6 +16,11 @@ import types
 
 import torch
 
+# The zoo settings that build the peer's model (its figure-2 attention run below): Zoology's TransformerBlock with its
+# Identity state mixer, which adds norm2(x) after every block, and its default embedding dropout 0.1. The sweeps'
+# bases may differ (the committed grid: state_mixer identity, embed_dropout 0); zoo's side of the comparison does not.
+ZOOLOGY_MODEL = {"model.state_mixer": "normed", "model.embed_dropout": 0.1}
+
 
 def _import_zoology(path: str | None):
     """Zoology's modules. zoology.logger imports wandb, which we never use: without wandb installed a
