@@ -74,11 +74,11 @@ class Block(nn.Module):
         args = (h, layer_state) if self.passes_layer_state else (h,)
         if positions is None:
             update = self.mixer(*args)
-        elif self.mixer_picks and positions.shape[1] <= PICKED_SHARE * x.shape[1]:
-            update = self.mixer(*args, positions=positions)
         else:
-            update = rows_at(self.mixer(*args), positions)
-        if positions is not None:
+            if self.mixer_picks and positions.shape[1] <= PICKED_SHARE * x.shape[1]:
+                update = self.mixer(*args, positions=positions)
+            else:
+                update = rows_at(self.mixer(*args), positions)
             x = rows_at(x, positions)
         if self.state_mixer is not None:
             x, h = self.norm2.after_add(x, update)

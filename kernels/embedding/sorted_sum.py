@@ -61,15 +61,19 @@ def piece_size(n: int, block_t: int, block_k: int) -> int:
     return block_t * max(1, math.ceil(math.sqrt(n / (block_t * block_k))))
 
 
-def occurrences(ids: torch.Tensor, num_rows: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(sorted ids, bounds [num_rows + 1], order): row v's occurrences in ids [...] are order[bounds[v]:bounds[v + 1]],
-    in token order (a stable sort). The ids are sorted as the narrowest integers that hold every id and num_rows: a
-    radix sort makes one pass per byte of its keys (int16: two, where int64 ids take eight; an H100 took 28 us a
-    step to sort MQAR's 65536 ids as int32)."""
-    key = torch.int16 if num_rows < torch.iinfo(torch.int16).max else torch.int32
+def sort_key(num_rows: int) -> torch.dtype:
+    """The narrowest integer that holds every id of a table of ``num_rows`` rows and ``num_rows`` itself: a radix sort
+    makes one pass per byte of its keys (int16: two, where int64 ids take eight; an H100 took 28 us a step to sort
+    MQAR's 65536 ids as int32)."""
+    return torch.int16 if num_rows < torch.iinfo(torch.int16).max else torch.int32
+
+
+def occurrences(ids: torch.Tensor, num_rows: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(bounds [num_rows + 1], order): row v's occurrences in ids [...] are order[bounds[v]:bounds[v + 1]], in token
+    order (a stable sort of the ids as ``sort_key`` integers)."""
+    key = sort_key(num_rows)
     sorted_ids, order = torch.sort(ids.reshape(-1).to(key), stable=True)
-    bounds = torch.searchsorted(sorted_ids, torch.arange(num_rows + 1, dtype=key, device=ids.device))
-    return sorted_ids, bounds, order
+    return torch.searchsorted(sorted_ids, torch.arange(num_rows + 1, dtype=key, device=ids.device)), order
 
 
 def embedding_backward(grad: torch.Tensor, ids: torch.Tensor, num_rows: int, dtype: torch.dtype,
@@ -81,7 +85,7 @@ def embedding_backward(grad: torch.Tensor, ids: torch.Tensor, num_rows: int, dty
     D = grad.shape[-1]
     grad = grad.reshape(-1, D).contiguous()
     n, device = grad.shape[0], grad.device
-    sorted_ids, bounds, order = occurrences(ids, num_rows)
+    bounds, order = occurrences(ids, num_rows)
     piece = piece_size(n, block_t, block_k)
     # row v's pieces are numbered piece_bounds[v] to piece_bounds[v + 1] - 1
     piece_bounds = F.pad(torch.cumsum((bounds.diff() + piece - 1) // piece, 0), (1, 0))

@@ -19,8 +19,8 @@ from zoo.model import LanguageModel
 
 
 def unfused_forward(model: LanguageModel, ids: torch.Tensor) -> torch.Tensor:
-    """The model's forward with every residual add apart from its norm: x + mixer(norm1(x)), then x + state_mixer(norm2(x))
-    unless the state mixer is "identity" (for "normed", Zoology's Identity, the add of norm2(x) itself)."""
+    """The model's forward with every residual add apart from its norm: x + mixer(norm1(x)), then
+    x + state_mixer(norm2(x)) unless the state mixer is "identity" (for "normed", Zoology's Identity, x + norm2(x))."""
     x = model.embed(ids)
     if model.pos_embed is not None:
         x = x + model.pos_embed.weight[:ids.shape[1]]
@@ -83,7 +83,8 @@ def logits_and_grads(model, forward, ids, positions, bf16):
 def test_norms_write_what_their_matmul_reads_and_the_final_norm_only_labelled_rows(monkeypatch, mixer, state_mixer,
                                                                                    bf16):
     """Bit for bit against the plain model (every norm float32 under autocast, the final norm on every row, then the
-    labelled rows picked; to rounding with an MLP, which the last block runs on the labelled rows alone). Under bf16 autocast a norm that feeds one matmul writes bf16: the cast the matmul made.
+    labelled rows picked; to rounding with an MLP, which the last block runs on the labelled rows alone). Under bf16
+    autocast a norm that feeds one matmul writes bf16: the cast the matmul made.
     (Attention from the labelled rows alone, which rounds otherwise, is off here: the next test covers it.)"""
     monkeypatch.setattr(model_module, "PICKED_SHARE", 0.0)
     torch.manual_seed(0)
@@ -108,23 +109,31 @@ def test_norms_write_what_their_matmul_reads_and_the_final_norm_only_labelled_ro
         torch.testing.assert_close(a, b, **exact)
 
 
+@pytest.fixture
+def queries(monkeypatch) -> list[int]:
+    """The number of query rows (q's L) of every ``MultiHeadMixer.attend_at`` call, in order."""
+    calls = []
+    attend_at = MultiHeadMixer.attend_at
+    monkeypatch.setattr(MultiHeadMixer, "attend_at", lambda self, q, *a: calls.append(q.shape[1]) or
+                        attend_at(self, q, *a))
+    return calls
+
+
 @pytest.mark.parametrize("mixer, kwargs, picks", [
     ("softmax", {}, True), ("softmax", {"positions": "rope", "state_mixer": "mlp"}, True),
     ("softmax", {"state_mixer": "normed"}, True),
     ("swa", {"mixer_kwargs": {"window": 5}}, True), ("gatedfwa", {}, False), ("hyena", {}, False),
     ("based", {"layers": [{}, {"mixer": "swa", "mixer_kwargs": {"window": 5}}]}, True),  # BASED's hybrid, swa last
     ("swa", {"layers": [{}, {"mixer": "hyena"}], "state_mixer": "mlp"}, False)])
-def test_last_block_computes_its_outputs_at_the_labelled_rows_alone(monkeypatch, mixer, kwargs, picks):
+def test_last_block_computes_its_outputs_at_the_labelled_rows_alone(queries, mixer, kwargs, picks):
     """The model's outputs at K <= L / 4 labelled rows, and every parameter's gradient, are those of the full forward
     at those rows (float64, no dropout); attention mixers attend from those K queries alone in their last block
     (``attend_at``), at more rows from every query, and the others compute every row and pick."""
-    queries = []
-    monkeypatch.setattr(MultiHeadMixer, "attend_at", lambda self, q, *a: queries.append(q.shape[1]) or
-                        attend_at(self, q, *a))
     torch.manual_seed(0)
     model = LanguageModel(40, 32, n_layers=2, mixer=mixer, max_seq_len=32, dropout=0.0, **kwargs).double()
     ids = torch.randint(0, 40, (3, 32))
-    positions = torch.tensor([[3, 7, 15, 31, 0, 0, 0, 0], [24, 25, 26, 27, 28, 29, 30, 31], [0, 1, 2, 9, 17, 18, 19, 20]])
+    positions = torch.tensor([[3, 7, 15, 31, 0, 0, 0, 0], [24, 25, 26, 27, 28, 29, 30, 31],
+                              [0, 1, 2, 9, 17, 18, 19, 20]])
     got = logits_and_grads(model, lambda m, i, p: m(i, p), ids, positions, False)
     want = logits_and_grads(model, lambda m, i, p: rows_at(m(i), p), ids, positions, False)
     assert len(got) == len(want) > 1
@@ -134,9 +143,6 @@ def test_last_block_computes_its_outputs_at_the_labelled_rows_alone(monkeypatch,
     assert queries == ([32] if picks else [])  # one call, the last block's, with every query's projection
     model(ids, torch.zeros(3, 9, dtype=torch.long))  # 9 rows of 32: more than a quarter
     assert len(queries) == picks
-
-
-attend_at = MultiHeadMixer.attend_at
 
 
 def test_attention_dropout_applies_to_the_labelled_rows_queries():
@@ -150,12 +156,9 @@ def test_attention_dropout_applies_to_the_labelled_rows_queries():
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("mixer", ["softmax", "swa"])
-def test_gpu_last_block_at_the_labelled_rows_follows_the_full_forward(monkeypatch, mixer):
+def test_gpu_last_block_at_the_labelled_rows_follows_the_full_forward(queries, mixer):
     """On a GPU under bf16 autocast (training's path: SDPA's masked attention from 16 of 256 queries, the full forward's
     cuDNN or Triton attention), to bf16's rounding: logits and every parameter's gradient."""
-    queries = []
-    monkeypatch.setattr(MultiHeadMixer, "attend_at", lambda self, q, *a: queries.append(q.shape[1]) or
-                        attend_at(self, q, *a))
     torch.manual_seed(0)
     model = LanguageModel(512, 128, n_layers=2, mixer=mixer, max_seq_len=256, dropout=0.0).cuda()
     ids = torch.randint(0, 512, (8, 256), device="cuda")

@@ -13,7 +13,8 @@ LAYER_NAMES = {**{f"mixer.{zoo}": f"sequence_mixer.{zoology}" for zoo, zoology i
 NAMES = {"embed.weight": "backbone.embeddings.word_embeddings.weight",
          "pos_embed.weight": "backbone.embeddings.position_embeddings.weight",
          "norm.weight": "backbone.ln_f.weight", "norm.bias": "backbone.ln_f.bias",
-         **{f"blocks.{i}.{zoo}": f"backbone.layers.{i}.{zoology}" for i in range(2) for zoo, zoology in LAYER_NAMES.items()}}
+         **{f"blocks.{i}.{zoo}": f"backbone.layers.{i}.{zoology}"
+            for i in range(2) for zoo, zoology in LAYER_NAMES.items()}}
 
 
 def logits_and_grads(state_mixer: str):

@@ -80,7 +80,8 @@ def main(argv: list[str] | None = None) -> int:
     lr = TIMING_LR if TIMING_LR in lrs else lrs[0]
 
     def config(mixer, n, d, model=None, **train):
-        return timing_config(cell_config(mixer, {**shapes[n], **(model or {})}, d, lr, args.sweep), args.epochs, **train)
+        settings = {**shapes[n], **(model or {})}
+        return timing_config(cell_config(mixer, settings, d, lr, args.sweep), args.epochs, **train)
 
     out: dict = {"device": device}
     t_start = time.time()

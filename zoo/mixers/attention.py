@@ -12,8 +12,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from zoo.kernels.gatedfwa import gated_window_attention
-from zoo.kernels.rows import rows_at
 from zoo.kernels.linear import Linear
+from zoo.kernels.rows import rows_at
 from zoo.errors import ConfigError
 from zoo.mixers.registry import POSITIONS, register_mixer
 from zoo.rope import apply_rope
@@ -75,9 +75,8 @@ class MultiHeadMixer(nn.Module):
         SDPA picks its kernel (cuDNN's masked one on an H100). Its math form, tried for so few queries, made softmax
         slower, not faster (two H100s of one session, B=256, L=256, K=16): a training step 1.94 against 1.46 ms (two
         heads of 64), the figure-2 epoch 0.675 against 0.549 s (one head of 128)."""
-        B, L, H, d = q.shape
         q = rows_at(q, positions)
-        mask = self.visible(positions[:, None, :, None], torch.arange(L, device=q.device))  # (B, 1, K, L)
+        mask = self.visible(positions[:, None, :, None], torch.arange(k.shape[1], device=q.device))  # (B, 1, K, L)
         o = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_mask=mask,
                                            dropout_p=self.attention_dropout if self.training else 0.0)
         return o.transpose(1, 2)
