@@ -11,6 +11,13 @@ if not torch.cuda.is_available():
     os.environ["TRITON_INTERPRET"] = "1"
 
 
+def pytest_collection_modifyitems(items):
+    """Tests marked ``long`` go first, in their order: pytest-xdist hands tests out in collection order, so the
+    longest start first and the short ones fill the workers' ends (the GPU suite's longest took 100 to 130 s, about
+    a third of its wall time, and ran last when collected in file order)."""
+    items.sort(key=lambda item: item.get_closest_marker("long") is None)
+
+
 def pytest_runtest_logreport(report):
     """With ZOO_FAILURE_LOG=<file>, each failure's traceback is appended there as it happens (GPU runs that
     may be stopped at a time limit before pytest prints its summary)."""

@@ -82,6 +82,7 @@ def test_unknown_kwarg_is_rejected():
 # bf16 autocast and the PyTorch recurrence put q_proj's gradient 84% away from float32's; gla's 2%), so a bf16
 # comparison cannot tell a wrong kernel from hgrn2's conditioning. hgrn2 is compared in float32.
 @pytest.mark.gpu
+@pytest.mark.long
 @pytest.mark.parametrize("mixer, autocast", [(m, m != "hgrn2") for m in MIXERS + ["deltanet-neg", "gated_deltanet-neg"]])
 def test_gpu_fast_path_is_fla_and_matches_cpu_reference(mixer, autocast, monkeypatch):
     """Same weights on CPU (reference recurrence, float32) and GPU: fla's op (its chunks, or where they are

@@ -43,6 +43,7 @@ def test_bad_switches_name_key_and_value(kwargs, key):
 
 
 @pytest.mark.gpu
+@pytest.mark.long
 @pytest.mark.parametrize("kwargs", [{}, {"variant": "released", "positions": "rope", "k_shift": True, "v_shift": True},
                                     {"qk_norm": "none", "output_gate": False}])
 def test_gpu_kernels_match_cpu_reference(kwargs):

@@ -95,6 +95,7 @@ def test_cpu_runs_the_reference_path(mixer):
 
 
 @pytest.mark.gpu
+@pytest.mark.long
 @pytest.mark.parametrize("mixer, autocast", [(m, True) for m in FAST_PATHS] + [("rwkv", False), ("mamba", False),
                                                                                  ("gatedfwa", False)])
 @pytest.mark.parametrize("batch, seq_len", [(3, 100)])
