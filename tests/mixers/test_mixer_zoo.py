@@ -114,4 +114,6 @@ def test_gpu_fast_path_matches_cpu_reference(mixer, batch, seq_len, autocast):
     assert backend.last_backend(op) in fast, f"{op} ran on {backend.last_backend(op)}, not {fast}"
     if mixer == "gatedfwa":
         assert backend.last_backend("gatedfwa.gate_cumsum") == "triton"
+    if mixer == "hyena":
+        assert backend.last_backend("implicit_filter") == "triton"
     assert_gpu_matches_cpu(cpu, gpu, out_cpu, out_gpu, tol=5e-2 if autocast else 5e-3)

@@ -5,7 +5,8 @@ streams ``(x1, x2, v)``, then ``y = x2 * (h * (x1 * v))`` where ``h`` is a lengt
 produced by a small MLP (shared-frequency ``sin`` activations) from positional features and modulated
 by an exponential decay; ``*`` with ``h`` is a causal convolution done by FFT with 2L zero padding,
 plus a per-channel skip ``bias`` (``zoo.kernels.long_conv``). Finally ``out_proj``. The same FFT path runs
-on CPU and GPU; on GPU the gates around it are fused into Triton kernels (``gated_long_conv``).
+on CPU and GPU; on GPU the gates around it are fused into Triton kernels (``gated_long_conv``), and the filter's MLP
+runs as one autograd Function in float32 (``zoo.kernels.implicit_filter``).
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import math
 import torch
 from torch import nn
 
+from zoo.kernels.implicit_filter import implicit_filter
 from zoo.kernels.linear import Linear
 from zoo.kernels.long_conv import gated_long_conv
 from zoo.errors import ConfigError
@@ -22,14 +24,13 @@ from zoo.mixers.registry import register_mixer
 
 
 class Sin(nn.Module):
-    """sin(freq * x) with a learned per-feature frequency (the implicit filter's activation)."""
+    """The learned per-feature frequencies of the implicit filter's activation, sin(freq * x), which
+    ``zoo.kernels.implicit_filter`` applies. A module in the filter's ``nn.Sequential`` only so that parameter names
+    are Zoology's (``mlp.1.freq``): checkpoints and the parity tests map one onto the other."""
 
     def __init__(self, dim: int, freq: float):
         super().__init__()
         self.freq = nn.Parameter(torch.full((dim,), freq))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.sin(self.freq * x)
 
 
 class ImplicitFilter(nn.Module):
@@ -66,14 +67,17 @@ class ImplicitFilter(nn.Module):
         layers = [nn.Linear(emb_dim, filter_order), sin]
         for _ in range(num_inner_mlps):
             layers += [nn.Linear(filter_order, filter_order), sin]
+        # a Sequential for Zoology's parameter names; forward reads its layers' parameters
         self.mlp = nn.Sequential(*layers, nn.Linear(filter_order, d_model, bias=False))
         max_decay = math.log(1e-2) / fast_decay_pct
         min_decay = math.log(1e-2) / slow_decay_pct
         self.register_buffer("deltas", torch.linspace(min_decay, max_decay, d_model).abs(), persistent=False)
 
     def forward(self, L: int) -> torch.Tensor:
-        """-> (L, D) filter taps."""
-        return self.mlp(self.z[:L]) * torch.exp(-self.t[:L] * self.deltas)
+        """-> (L, D) filter taps (``zoo.kernels.implicit_filter``: the MLP and the window in one Function on GPU)."""
+        linears = self.mlp[0::2]  # Linear, Sin, Linear, Sin, ..., Linear
+        return implicit_filter(self.z[:L], [m.weight for m in linears[:-1]], [m.bias for m in linears[:-1]],
+                               self.mlp[1].freq, linears[-1].weight, self.t[:L], self.deltas)
 
 
 @register_mixer("hyena")
