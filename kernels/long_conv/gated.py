@@ -9,10 +9,17 @@ output gradient where they lie (any strides), and writing the zero padding of th
 
 Spectrum. The skip ``bias * u[t]`` is one more term at lag 0: with h_eff = h plus ``bias`` on tap 0, y is the causal
 convolution of u with h_eff alone, and since the DFT of a tap at 0 is flat, one product with
-``hf = (rfft(h, 2L) + bias) / 2L``, [D, L + 1], does it. The ``1 / 2L`` is irfft's normalization: the irffts run with
-``norm="forward"``, which skips their scaling pass over [B, D, 2L].
+``hf = (rfft(h, 2L) + bias) / 2L``, [D, L + 1], does it. The ``1 / 2L`` is the inverse transform's normalization:
+the inverse FFTs run with ``norm="forward"``, which skips their scaling pass over [B, D, 2L].
 
-Forward: u = x1 * v (padded, ``_gate_in_kernel``); yc = irfft(rfft(u) * hf) (``_filter_kernel``); out = x2 * y
+Inverse transforms. irfft (complex to real) would copy its whole input first: cuFFT overwrites a complex-to-real
+transform's input, so PyTorch clones it on every call (16 device-to-device copies a step in Hyena's profile, 0.076 s
+of an epoch of 1.27 s at B=256, L=256, D=128 on an H100). The spectral kernels instead write the spectrum packed
+into L bins (``_packed``), whose complex inverse FFT of length L is the real 2L-point signal read as (real,
+imaginary) pairs (``_unpacked``): the same transform size, no copy.
+
+Forward: u = x1 * v (padded, ``_gate_in_kernel``); yc = irfft(rfft(u) * hf) (``_filter_kernel``, packed, and
+``_unpacked``); out = x2 * y
 with y = yc[:L] (``_gate_out_kernel``). Saved: xbc, hf, uf = rfft(u) [B, D, L + 1] complex64 and yc [B, D, 2L]
 float32 (about B * D * 2L * 4 bytes each: 67 MB at B=256, L=256, D=128).
 
@@ -22,7 +29,7 @@ Backward, with g = dout * x2 (``_gate_grad_in_kernel``, which also writes dx2 = 
   dx1 = du * v, dv = du * x1 (``_gate_grad_out_kernel``, into the same contiguous [B, L, 3D] as dx2);
   dh_eff[k] = sum_{b, t} g[t] u[t - k] = irfft(sum_b conj(uf) * rfft(g))[k] for k < L (t < k reads u's zero half,
     so nothing wraps around); dh = dh_eff, and dbias = dh_eff[:, 0], the skip being tap 0.
-``_filter_grad_kernel`` forms rfft(g) * conj(hf) in place and, for each chunk of ``Tiles.b`` sequences, the sum over
+``_filter_grad_kernel`` forms rfft(g) * conj(hf), packed, and, for each chunk of ``Tiles.b`` sequences, the sum over
 the chunk of conj(uf) * rfft(g) into its own row; one ``torch.sum`` over the rows finishes the batch sum. No atomics
 (the filter gradient is the same bits on every run); every shape follows from the inputs' (no host sync), so a
 CUDA graph captures both passes.
@@ -51,7 +58,7 @@ class Tiles(NamedTuple):
     114; as the JIT specializes a launch at B=256, L=256, D=128 (contiguous channels), at most 48 with bf16 inputs,
     every global access 16 bytes wide. The spectral kernels' 256 pairs are two complex64 pairs, one 16-byte access,
     per thread and array; 16 sequences per program give B / 16 rows of partial sums and, at B=256, L=256, D=128,
-    2064 programs. Chosen from the compiled code, not timed on a GPU."""
+    2048 programs (D L pairs, packed). Chosen from the compiled code, not timed on a GPU."""
     t: int = 32
     d: int = 64
     b: int = 16  # sequences per program of the spectral kernels: B / 16 rows of the filter gradient's partial sums
@@ -132,14 +139,6 @@ def _gate_grad_out_kernel(DU, XBC, DXBC, L, D, sx_b, sx_t, sx_c, BLOCK_T: tl.con
 
 
 @triton.jit
-def _spectral_pairs(N, BLOCK_N: tl.constexpr):
-    """(pairs n [BLOCK_N], n < N) of this program's block of a [B, N] spectrum, N = D * (L + 1) (channel,
-    frequency) pairs."""
-    n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-    return n, n < N
-
-
-@triton.jit
 def _complex_pointers(P, offs):
     """Pointers to the (real, imaginary) pairs of the complex elements ``offs`` [BLOCK_N] of a complex64 tensor
     viewed as float32: [BLOCK_N, 2], so that a pair is one 8-byte load."""
@@ -157,42 +156,83 @@ def _store_complex(P, offs, ok, re, im):
     tl.store(_complex_pointers(P, offs), tl.join(re, im), mask=ok[:, None])
 
 
-# The spectral kernels: a program owns a block of BLOCK_N pairs and walks BLOCK_B sequences one after another, so
-# every load is a contiguous run of BLOCK_N pairs, the filter's block is loaded once, and the batch sum of the filter
-# gradient stays in each thread's registers. (A [BLOCK_B, BLOCK_N] tile per program, summed over its rows with
-# tl.sum, took 0.38 ms per call of the backward's kernel at B=256, L=256, D=128 on an H100, about 5x its bytes;
-# this one 0.074 ms, and the forward's 0.087 -> 0.047 ms: an epoch's profile of Hyena's step, 69587b2.)
 @triton.jit
-def _filter_kernel(UF, HF, YF, B, N, BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr):
-    """YF[b] = UF[b] * HF on [B, N] spectra, HF [N] shared by the batch."""
-    n, n_ok = _spectral_pairs(N, BLOCK_N)
-    hr, hi = _load_complex(HF, n, n_ok)
+def _packed(yr, yi, mr, mi, k, L):
+    """Z[k] of the half-length spectrum whose inverse FFT is a real 2L-point signal, packed: for Y the signal's
+    one-sided spectrum [L + 1] (scaled as irfft with norm="forward" reads it), y[2m] + i y[2m + 1] = sum_k Z[k]
+    exp(2 pi i m k / L) with Z[k] = (Y[k] + conj(Y[L - k])) + i (Y[k] - conj(Y[L - k])) exp(i pi k / L). (yr, yi):
+    Y[k]; (mr, mi): Y[L - k]."""
+    sr, si = yr + mr, yi - mi  # Y[k] + conj(Y[L - k])
+    dr, di = yr - mr, yi + mi  # Y[k] - conj(Y[L - k])
+    angle = k.to(tl.float32) * (3.141592653589793 / L)
+    c, s = tl.cos(angle), tl.sin(angle)
+    return sr - dr * s - di * c, si + dr * c - di * s
+
+
+# The spectral kernels: a program owns a block of BLOCK_N (channel, frequency) pairs of the packed [D, L] spectrum
+# and walks BLOCK_B sequences one after another, so every load is a run of BLOCK_N pairs (the mirrored bins L - k
+# run backwards through the same channel's row, mostly cache hits), the filter's block is loaded once, and the batch
+# sum of the filter gradient stays in each thread's registers. (A [BLOCK_B, BLOCK_N] tile per program, summed over
+# its rows with tl.sum, took 0.38 ms per call of the backward's kernel at B=256, L=256, D=128 on an H100, about 5x
+# its bytes; walking the sequences 0.074 ms, and the forward's 0.087 -> 0.047 ms: an epoch's profile of Hyena's step,
+# 69587b2.) They write the packed spectrum, which ``torch.fft.ifft`` turns into the real 2L-point signal: irfft
+# (complex to real) would first copy its whole input, as cuFFT overwrites it (PyTorch clones it every call).
+@triton.jit
+def _spectral_bins(D, L, BLOCK_N: tl.constexpr):
+    """(flat packed index j [BLOCK_N], j < D L, offsets of bins k and L - k in a [D, L + 1] spectrum, k == 0: the
+    lanes that also own the last bin, L) of this program's block: j = d L + k."""
+    j = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    d, k = j // L, j % L
+    row = d * (L + 1)
+    return j, j < D * L, row + k, row + L - k, k
+
+
+@triton.jit
+def _filter_kernel(UF, HF, ZF, B, D, L, BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr):
+    """ZF[b] [D, L] <- the packed spectrum of Y = UF[b] * HF ([D, L + 1] spectra, HF shared by the batch)."""
+    j, ok_j, at_k, at_m, k = _spectral_bins(D, L, BLOCK_N)
+    hr, hi = _load_complex(HF, at_k, ok_j)
+    hmr, hmi = _load_complex(HF, at_m, ok_j)
     for i in tl.static_range(BLOCK_B):
         b = tl.program_id(1) * BLOCK_B + i
-        offs = b.to(tl.int64) * N + n
-        ok = n_ok & (tl.full([BLOCK_N], b, tl.int32) < B)  # a [BLOCK_N] mask: the interpreter takes no scalar
-        ur, ui = _load_complex(UF, offs, ok)
-        _store_complex(YF, offs, ok, ur * hr - ui * hi, ur * hi + ui * hr)
+        ok = ok_j & (tl.full([BLOCK_N], b, tl.int32) < B)  # a [BLOCK_N] mask: the interpreter takes no scalar
+        seq = b.to(tl.int64) * D * (L + 1)
+        ur, ui = _load_complex(UF, seq + at_k, ok)
+        umr, umi = _load_complex(UF, seq + at_m, ok)
+        zr, zi = _packed(ur * hr - ui * hi, ur * hi + ui * hr, umr * hmr - umi * hmi, umr * hmi + umi * hmr, k, L)
+        _store_complex(ZF, b.to(tl.int64) * D * L + j, ok, zr, zi)
 
 
 @triton.jit
-def _filter_grad_kernel(GF, UF, HF, PARTIAL, B, N, BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr):
-    """GF[b] <- GF[b] * conj(HF) in place (the spectrum of du), and row ``program_id(1)`` of PARTIAL [B / BLOCK_B, N]
-    <- the sum of conj(UF[b]) * GF[b] over this program's sequences (the filter gradient's spectrum, in part)."""
-    n, n_ok = _spectral_pairs(N, BLOCK_N)
-    hr, hi = _load_complex(HF, n, n_ok)
+def _filter_grad_kernel(GF, UF, HF, DZ, PARTIAL, B, D, L, BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr):
+    """DZ[b] [D, L] <- the packed spectrum of GF[b] * conj(HF) (du's); row ``program_id(1)`` of PARTIAL [B / BLOCK_B,
+    D, L + 1] <- the sum of conj(UF[b]) * GF[b] over this program's sequences (the filter gradient's spectrum, in
+    part), bin k by the lane of k and bin L also by the lane of k = 0."""
+    j, ok_j, at_k, at_m, k = _spectral_bins(D, L, BLOCK_N)
+    hr, hi = _load_complex(HF, at_k, ok_j)
+    hmr, hmi = _load_complex(HF, at_m, ok_j)
+    last = ok_j & (k == 0)  # lanes that own bin L too (at_m is then that bin)
     sr = tl.zeros([BLOCK_N], dtype=tl.float32)
     si = tl.zeros([BLOCK_N], dtype=tl.float32)
+    lr = tl.zeros([BLOCK_N], dtype=tl.float32)
+    li = tl.zeros([BLOCK_N], dtype=tl.float32)
     for i in tl.static_range(BLOCK_B):
         b = tl.program_id(1) * BLOCK_B + i
-        offs = b.to(tl.int64) * N + n
-        ok = n_ok & (tl.full([BLOCK_N], b, tl.int32) < B)  # rows past the batch add nothing to the sums
-        gr, gi = _load_complex(GF, offs, ok)
-        ur, ui = _load_complex(UF, offs, ok)
-        _store_complex(GF, offs, ok, gr * hr + gi * hi, gi * hr - gr * hi)
+        ok = ok_j & (tl.full([BLOCK_N], b, tl.int32) < B)  # rows past the batch add nothing to the sums
+        seq = b.to(tl.int64) * D * (L + 1)
+        gr, gi = _load_complex(GF, seq + at_k, ok)
+        gmr, gmi = _load_complex(GF, seq + at_m, ok)
+        ur, ui = _load_complex(UF, seq + at_k, ok)
+        umr, umi = _load_complex(UF, seq + at_m, ok & last)
+        zr, zi = _packed(gr * hr + gi * hi, gi * hr - gr * hi, gmr * hmr + gmi * hmi, gmi * hmr - gmr * hmi, k, L)
+        _store_complex(DZ, b.to(tl.int64) * D * L + j, ok, zr, zi)
         sr += ur * gr + ui * gi
         si += ur * gi - ui * gr
-    _store_complex(PARTIAL, tl.program_id(1).to(tl.int64) * N + n, n_ok, sr, si)
+        lr += umr * gmr + umi * gmi
+        li += umr * gmi - umi * gmr
+    row = tl.program_id(1).to(tl.int64) * D * (L + 1)
+    _store_complex(PARTIAL, row + at_k, ok_j, sr, si)
+    _store_complex(PARTIAL, row + at_m, last, lr, li)
 
 
 def _gate_grid(xbc: torch.Tensor, tiles: Tiles) -> tuple[int, int, int]:
@@ -202,6 +242,13 @@ def _gate_grid(xbc: torch.Tensor, tiles: Tiles) -> tuple[int, int, int]:
 
 def _spectral_grid(B: int, N: int, tiles: Tiles) -> tuple[int, int]:
     return triton.cdiv(N, tiles.n), triton.cdiv(B, tiles.b)
+
+
+def _unpacked(z: torch.Tensor) -> torch.Tensor:
+    """The real [B, D, 2L] signal of a packed [B, D, L] spectrum (``_packed``): its inverse FFT, unscaled, read as
+    (real, imaginary) pairs, which are the signal's (even, odd) times."""
+    B, D, L = z.shape
+    return torch.view_as_real(torch.fft.ifft(z, norm="forward")).view(B, D, 2 * L)
 
 
 def gated_long_conv_forward(xbc, h, bias, tiles: Tiles):
@@ -215,12 +262,11 @@ def gated_long_conv_forward(xbc, h, bias, tiles: Tiles):
     u = torch.empty(B, D, n, dtype=torch.float32, device=xbc.device)
     _gate_in_kernel[grid](xbc, u, L, D, *xbc.stride(), BLOCK_T=tiles.t, BLOCK_D=tiles.d, num_warps=NUM_WARPS)
     uf = torch.fft.rfft(u)
-    yf = torch.empty_like(uf)
-    N = D * (L + 1)
-    _filter_kernel[_spectral_grid(B, N, tiles)](
-        torch.view_as_real(uf), torch.view_as_real(hf), torch.view_as_real(yf), B, N, BLOCK_B=tiles.b,
+    zf = torch.empty(B, D, L, dtype=torch.complex64, device=xbc.device)
+    _filter_kernel[_spectral_grid(B, D * L, tiles)](
+        torch.view_as_real(uf), torch.view_as_real(hf), torch.view_as_real(zf), B, D, L, BLOCK_B=tiles.b,
         BLOCK_N=tiles.n, num_warps=NUM_WARPS)
-    yc = torch.fft.irfft(yf, n=n, norm="forward")
+    yc = _unpacked(zf)
     out = torch.empty(B, L, D, dtype=xbc.dtype, device=xbc.device)
     _gate_out_kernel[grid](yc, xbc, out, L, D, *xbc.stride(), BLOCK_T=tiles.t, BLOCK_D=tiles.d,
                            num_warps=NUM_WARPS)
@@ -233,19 +279,19 @@ def gated_long_conv_backward(dout, xbc, hf, uf, yc, tiles: Tiles):
     dh_eff[:, 0])."""
     B, L, D3 = xbc.shape
     D, n = D3 // 3, 2 * L
-    N = D * (L + 1)
     grid = _gate_grid(xbc, tiles)
     dxbc = torch.empty(B, L, D3, dtype=xbc.dtype, device=xbc.device)
     g = torch.empty(B, D, n, dtype=torch.float32, device=xbc.device)
     _gate_grad_in_kernel[grid](dout, xbc, yc, g, dxbc, L, D, *xbc.stride(), *dout.stride(), BLOCK_T=tiles.t,
                                BLOCK_D=tiles.d, num_warps=NUM_WARPS)
     gf = torch.fft.rfft(g)
-    spectral = _spectral_grid(B, N, tiles)
+    spectral = _spectral_grid(B, D * L, tiles)
+    dz = torch.empty(B, D, L, dtype=torch.complex64, device=xbc.device)
     partial = torch.empty(spectral[1], D, L + 1, dtype=torch.complex64, device=xbc.device)
     _filter_grad_kernel[spectral](
-        torch.view_as_real(gf), torch.view_as_real(uf), torch.view_as_real(hf), torch.view_as_real(partial), B, N,
-        BLOCK_B=tiles.b, BLOCK_N=tiles.n, num_warps=NUM_WARPS)
-    du = torch.fft.irfft(gf, n=n, norm="forward")
+        torch.view_as_real(gf), torch.view_as_real(uf), torch.view_as_real(hf), torch.view_as_real(dz),
+        torch.view_as_real(partial), B, D, L, BLOCK_B=tiles.b, BLOCK_N=tiles.n, num_warps=NUM_WARPS)
+    du = _unpacked(dz)
     _gate_grad_out_kernel[grid](du, xbc, dxbc, L, D, *xbc.stride(), BLOCK_T=tiles.t, BLOCK_D=tiles.d,
                                 num_warps=NUM_WARPS)
     return dxbc, torch.fft.irfft(partial.sum(0), n=n)[:, :L]

@@ -74,6 +74,20 @@ def test_triton_matches_naive(layout):
         assert_close_relative(g, w, 1e-5)
 
 
+@pytest.mark.parametrize("length", [1, 2, 16])
+def test_triton_matches_naive_at_lengths(length):
+    """The spectra are packed into L bins (k and its mirror L - k, the last bin L owned by k = 0): L = 1 has one bin
+    and its mirror, L = 16 fills the small tiles of pairs exactly."""
+    xbc = torch.randn(B, length, 3 * D).requires_grad_()
+    h = (torch.randn(length, D) * length ** -0.5).requires_grad_()
+    bias = torch.randn(D).requires_grad_()
+    dout = torch.randn(B, length, D)
+    got = output_and_grads(triton_small_tiles, xbc, h, bias, dout)
+    want = output_and_grads(naive, xbc, h, bias, dout)
+    for g, w in zip(got, want):
+        assert_close_relative(g, w, 1e-5)
+
+
 def test_bf16_activations_give_bf16_output_and_gradients_in_their_inputs_dtypes():
     """As under autocast: bf16 xbc, a bf16 or float32 filter, a float32 skip; the reference runs in float32 on the
     same values."""
