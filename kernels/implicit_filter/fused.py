@@ -148,6 +148,8 @@ class ImplicitFilterFunction(torch.autograd.Function):
 
 def implicit_filter(z: torch.Tensor, weights: list[torch.Tensor], biases: list[torch.Tensor], freq: torch.Tensor,
                     w_out: torch.Tensor, t: torch.Tensor, deltas: torch.Tensor) -> torch.Tensor:
-    """The entry's signature (``implicit_filter_naive``'s); h [L, D] float32, gradients in the inputs' dtypes."""
-    layers = [p for pair in zip(weights, biases) for p in pair]
-    return ImplicitFilterFunction.apply(z, freq, w_out, last_dim_contiguous(t.reshape(-1)), deltas, *layers)
+    """The entry's signature (``implicit_filter_naive``'s); h [L, D] float32, gradients in the inputs' dtypes (the
+    kernels' math is float32 whatever the parameters' dtype: ``.float()`` is no copy for float32 ones)."""
+    layers = [p.float() for pair in zip(weights, biases) for p in pair]
+    return ImplicitFilterFunction.apply(z.float(), freq.float(), w_out.float(),
+                                        last_dim_contiguous(t.reshape(-1).float()), deltas.float(), *layers)

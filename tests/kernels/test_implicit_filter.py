@@ -61,6 +61,20 @@ def test_strided_output_gradient_and_z_without_gradient():
         torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
 
 
+def test_bf16_parameters_give_a_float32_filter_and_gradients_in_their_dtype():
+    """The math is float32 whatever the parameters' dtype; each gradient comes back in its parameter's dtype."""
+    z, weights, biases, freq, w_out, t, deltas = inputs()
+    bf16 = [x.detach().bfloat16().requires_grad_() for x in (z, *weights, *biases, freq, w_out)]
+    z, weights, biases, freq, w_out = bf16[0], bf16[1:4], bf16[4:7], bf16[7], bf16[8]
+    h = fused.implicit_filter(z, weights, biases, freq, w_out, t, deltas)
+    want = implicit_filter_naive(z.float(), [w.float() for w in weights],
+                                 [b.float() for b in biases], freq.float(), w_out.float(), t, deltas)
+    assert h.dtype == torch.float32
+    torch.testing.assert_close(h, want, rtol=1e-5, atol=1e-5)
+    grads = torch.autograd.grad(h.sum(), bf16)
+    assert all(g.dtype == torch.bfloat16 for g in grads)
+
+
 def test_entry_runs_triton_when_named_and_the_reference_on_cpu():
     args = inputs()
     torch.testing.assert_close(implicit_filter(*args, backend="triton"), implicit_filter_naive(*args))
