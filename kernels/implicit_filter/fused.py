@@ -1,5 +1,6 @@
 """Hyena's implicit filter in one autograd Function: the matmuls through cuBLAS, everything between them in one
-Triton kernel per layer each way, float32 throughout (autocast off inside).
+Triton kernel per layer each way, float32 throughout (the entry casts the inputs; autocast is off inside, on any
+device).
 
 Why: the filter is an MLP over L positions, [L, 3] -> [L, 64] three times -> [L, D], tiny next to the batch's work,
 but as PyTorch composes it under bf16 autocast each of its ops is a kernel of its own: casts of every weight and
@@ -115,34 +116,34 @@ class ImplicitFilterFunction(torch.autograd.Function):
     """apply(z, freq, w_out, t, deltas, W_0, b_0, W_1, b_1, ...): the layers' parameters interleaved at the end."""
 
     @staticmethod
-    @torch.amp.custom_fwd(device_type="cuda", cast_inputs=torch.float32)
     def forward(ctx, z, freq, w_out, t, deltas, *layers):
         weights, biases = layers[0::2], layers[1::2]
         xs, ps = [z.contiguous()], []
-        for w, b in zip(weights, biases):
-            ps.append(xs[-1] @ w.t())
-            xs.append(_sin(ps[-1], b, freq))
-        out = _decay(xs[-1] @ w_out.t(), t, deltas)
+        with torch.autocast(z.device.type, enabled=False):  # float32 matmuls under any device's autocast
+            for w, b in zip(weights, biases):
+                ps.append(xs[-1] @ w.t())
+                xs.append(_sin(ps[-1], b, freq))
+            out = _decay(xs[-1] @ w_out.t(), t, deltas)
         ctx.n_layers = len(weights)
         ctx.save_for_backward(freq, w_out, t, deltas, *layers, *xs, *ps)
         return out
 
     @staticmethod
-    @torch.amp.custom_bwd(device_type="cuda")
     def backward(ctx, dout):
         K = ctx.n_layers
         freq, w_out, t, deltas, *rest = ctx.saved_tensors
         layers, xs, ps = rest[:2 * K], rest[2 * K:3 * K + 1], rest[3 * K + 1:]
-        g = _decay(dout, t, deltas)
-        dw_out = g.t() @ xs[K]
-        dx = g @ w_out
-        dfreq = torch.empty_like(freq)
         dlayers = [None] * (2 * K)
-        for k in reversed(range(K)):
-            w, b = layers[2 * k], layers[2 * k + 1]
-            dp, dlayers[2 * k + 1] = _sin_grad(dx, ps[k], b, freq, dfreq, accumulate=k < K - 1)
-            dlayers[2 * k] = dp.t() @ xs[k]
-            dx = dp @ w if k > 0 or ctx.needs_input_grad[0] else None
+        with torch.autocast(dout.device.type, enabled=False):
+            g = _decay(dout, t, deltas)
+            dw_out = g.t() @ xs[K]
+            dx = g @ w_out
+            dfreq = torch.empty_like(freq)
+            for k in reversed(range(K)):
+                w, b = layers[2 * k], layers[2 * k + 1]
+                dp, dlayers[2 * k + 1] = _sin_grad(dx, ps[k], b, freq, dfreq, accumulate=k < K - 1)
+                dlayers[2 * k] = dp.t() @ xs[k]
+                dx = dp @ w if k > 0 or ctx.needs_input_grad[0] else None
         return dx, dfreq, dw_out, None, None, *dlayers
 
 

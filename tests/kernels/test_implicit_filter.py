@@ -75,6 +75,20 @@ def test_bf16_parameters_give_a_float32_filter_and_gradients_in_their_dtype():
     assert all(g.dtype == torch.bfloat16 for g in grads)
 
 
+def test_float32_under_cpu_autocast():
+    """Autocast of the tensors' own device is off inside, forward and backward (the CPU test that compiles every
+    kernel for sm_90 trains under CPU autocast)."""
+    args = inputs()
+    dout = torch.randn(L, D)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        h = fused.implicit_filter(*args)
+    got = (h, *torch.autograd.grad(h, [args[0], *args[1], *args[2], args[3], args[4]], dout))
+    want = filter_and_grads(implicit_filter_naive, args, dout)
+    assert h.dtype == torch.float32
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
+
+
 def test_entry_runs_triton_when_named_and_the_reference_on_cpu():
     args = inputs()
     torch.testing.assert_close(implicit_filter(*args, backend="triton"), implicit_filter_naive(*args))
