@@ -157,6 +157,18 @@ def _store_complex(P, offs, ok, re, im):
 
 
 @triton.jit
+def _times(ar, ai, br, bi):
+    """a * b of complex numbers as (real, imaginary) pairs."""
+    return ar * br - ai * bi, ar * bi + ai * br
+
+
+@triton.jit
+def _times_conj(ar, ai, br, bi):
+    """a * conj(b) of complex numbers as (real, imaginary) pairs."""
+    return ar * br + ai * bi, ai * br - ar * bi
+
+
+@triton.jit
 def _packed(yr, yi, mr, mi, k, L):
     """Z[k] of the half-length spectrum whose inverse FFT is a real 2L-point signal, packed: for Y the signal's
     one-sided spectrum [L + 1] (scaled as irfft with norm="forward" reads it), y[2m] + i y[2m + 1] = sum_k Z[k]
@@ -199,7 +211,9 @@ def _filter_kernel(UF, HF, ZF, B, D, L, BLOCK_B: tl.constexpr, BLOCK_N: tl.const
         seq = b.to(tl.int64) * D * (L + 1)
         ur, ui = _load_complex(UF, seq + at_k, ok)
         umr, umi = _load_complex(UF, seq + at_m, ok)
-        zr, zi = _packed(ur * hr - ui * hi, ur * hi + ui * hr, umr * hmr - umi * hmi, umr * hmi + umi * hmr, k, L)
+        yr, yi = _times(ur, ui, hr, hi)
+        mr, mi = _times(umr, umi, hmr, hmi)
+        zr, zi = _packed(yr, yi, mr, mi, k, L)
         _store_complex(ZF, b.to(tl.int64) * D * L + j, ok, zr, zi)
 
 
@@ -224,12 +238,14 @@ def _filter_grad_kernel(GF, UF, HF, DZ, PARTIAL, B, D, L, BLOCK_B: tl.constexpr,
         gmr, gmi = _load_complex(GF, seq + at_m, ok)
         ur, ui = _load_complex(UF, seq + at_k, ok)
         umr, umi = _load_complex(UF, seq + at_m, ok & last)
-        zr, zi = _packed(gr * hr + gi * hi, gi * hr - gr * hi, gmr * hmr + gmi * hmi, gmi * hmr - gmr * hmi, k, L)
+        yr, yi = _times_conj(gr, gi, hr, hi)  # du's spectrum at k and at L - k
+        mr, mi = _times_conj(gmr, gmi, hmr, hmi)
+        zr, zi = _packed(yr, yi, mr, mi, k, L)
         _store_complex(DZ, b.to(tl.int64) * D * L + j, ok, zr, zi)
-        sr += ur * gr + ui * gi
-        si += ur * gi - ui * gr
-        lr += umr * gmr + umi * gmi
-        li += umr * gmi - umi * gmr
+        pr, pi = _times_conj(gr, gi, ur, ui)  # conj(uf) * gf at k, and at L on the lanes of k = 0
+        sr, si = sr + pr, si + pi
+        pr, pi = _times_conj(gmr, gmi, umr, umi)
+        lr, li = lr + pr, li + pi
     row = tl.program_id(1).to(tl.int64) * D * (L + 1)
     _store_complex(PARTIAL, row + at_k, ok_j, sr, si)
     _store_complex(PARTIAL, row + at_m, last, lr, li)
