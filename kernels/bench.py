@@ -227,11 +227,12 @@ def rwkv7_rows(B, T, H, K):
     return rows
 
 
-# "auto" (the mode the state budget picks) at 16 and 32 channels and 1 and 2 warps (4 warps and 2 pipelining stages
-# were slower or the same wherever measured), then each mode by name at 16 and 32 channels, also where "auto" picks
-# another one (as at the grid's Mamba runs at d_model=512)
-SCAN_LAUNCHES = ([Launch(block_e, warps) for block_e in (16, 32) for warps in (1, 2)]
-                 + [Launch(block_e, 1, 1, states) for states in ("all", "half", "chunked") for block_e in (16, 32)])
+# the default (channels per program by the launch's size), then "auto" (the mode the state budget picks) at 16, 32 and
+# 64 channels and 1 and 2 warps (4 warps and 2 pipelining stages were slower or the same wherever measured), then each
+# mode by name at the default channels, also where "auto" picks another one (as at the grid's Mamba runs at
+# d_model=512)
+SCAN_LAUNCHES = ([Launch(block_e, warps) for block_e in (16, 32, 64) for warps in (1, 2)]
+                 + [Launch(None, 1, 1, states) for states in ("all", "half", "chunked")])
 
 
 def selective_scan_rows(Bt, L, E, N):
@@ -253,7 +254,8 @@ def selective_scan_rows(Bt, L, E, N):
 
     rows = {}
     for launch in dict.fromkeys([Launch(), *SCAN_LAUNCHES]):
-        name = (f"ours {launch.block_e:>2d} ch, {launch.num_warps} warps, {launch.num_stages} stages, "
+        channels = "auto" if launch.block_e is None else f"{launch.block_e:>2d}"
+        name = (f"ours {channels} ch, {launch.num_warps} warps, {launch.num_stages} stages, "
                 f"{launch.states} states")
         rows[name] = timed_pair(lambda: selective_scan(u, dt, A, B, C, D, z, bias, True, launch=launch), grad, leaves)
     try:

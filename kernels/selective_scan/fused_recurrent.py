@@ -1,11 +1,11 @@
 """Triton selective scan with Mamba's elementwise work fused in (dt bias and softplus, D skip, silu(z) gate).
 
-One program per (batch, block of channels) keeps its (BLOCK_E, N) float32 state on chip and walks time inside
+One program per (batch, block of channels) keeps its (N, BLOCK_E) float32 state on chip and walks time inside
 the kernel; the backward walks time in reverse carrying dL/dh_t, and step t needs h_{t-1} and h_t. The wrapper
 picks one of three modes per call (``Launch.states``; "auto": half where its states fit ``STATE_BUDGET_BYTES``, else
 chunked):
 
-* all: the forward writes every state, h_0 = 0 to h_L, a (Bt, L + 1, E, N) float32 tensor, and the backward reads
+* all: the forward writes every state, h_0 = 0 to h_L, a (Bt, L + 1, N, E) float32 tensor, and the backward reads
   h_t and h_{t-1} in one reverse walk, with no recompute. The walk is a chain of dependent steps: on an H100 (Bt=256,
   L=256, E=256, N=16, bf16 inputs, one training step of a 2-layer Mamba) the earlier kernel that stored every state
   (before the elementwise work was fused) took 1.07 ms of forward and 2.15 ms of backward per training step, the
@@ -21,13 +21,24 @@ chunked):
                                                      chunked 1.61 (1.55)
       Bt=128, L=512, E=1024 (d_model=512, N=512):    half 4.61 (5.29)   all 5.32 (5.64)   chunked 5.65 (5.98)
 
-  (32 channels a program; in brackets the same mode with 16, the default until then, when "auto" stored every
-  state where it fit). At the first shape the forward takes 0.34 ms in half against 0.52 ms storing every state.
+  (earlier (BLOCK_E, N) tiles, 32 channels a program; in brackets the same mode with 16, the default until then,
+  when "auto" stored every state where it fit). At the first shape the forward takes 0.34 ms in half against 0.52 ms storing every state.
   The backward costs the same in both (about 0.85 ms): the recompute hides behind the walk's chain.
 * chunked, where every other state would exceed the budget: the forward stores only the state entering each chunk
   of ``CHUNK`` steps (1/CHUNK of the memory), and the backward, chunk by chunk from the last, walks the chunk
   forward again from that state (keeping each step's incoming state in a per-program scratch of CHUNK states,
   meant to stay in L2), then walks it back in reverse.
+
+Tiles are (N, BLOCK_E), channels across a warp's lanes (A and the states are laid out (N, E) to match, so loads and
+stores are coalesced and Triton keeps that layout through the walk). The earlier (BLOCK_E, N) tiles put 16 lanes
+along N and cost the backward 194 warp shuffles per step (counted in its PTX for sm_90), most of them in its three sums
+over N; with channels across the lanes those sums stay inside each thread, and its two sums over channels (dB, dC)
+take 160 shuffles. Measured on an H100 80GB in one process (forward + backward of one layer's call, bf16 inputs,
+every option), ms, the earlier tiles with 32 channels a program against these with ``_block_e``'s channels:
+1.593 -> 1.366 at Bt=256, L=256, E=256 (64 channels), 5.192 -> 4.926 at Bt=128, L=512, E=1024 (64), 2.800 -> 2.705
+at Bt=256, L=256, E=512 (64), 1.408 -> 1.350 at Bt=128, L=512, E=128 (16). The forward alone got slower at the first
+shape (0.418 -> 0.526 ms) while the backward got faster (1.175 -> 0.840). The timings in the list above were taken
+with the earlier tiles.
 
 Launch: one warp per program keeps a program's sums over its channels inside one warp, with no shared-memory round
 trip per step. 2 warps were slower at every shape above (1.62 and 7.22 ms with 32 channels), 4 warps and 2
@@ -150,7 +161,7 @@ def _stored_states(state_ptr, b, e, n, L, E, N: tl.constexpr, CHUNK: tl.constexp
     sequence as one span and store h_k, the state after k steps, for k = 0 (the span's entry store) to L, every
     EVERY-th k (at k // EVERY) and h_L (at cdiv(L, EVERY)); chunked stores the state entering chunk k."""
     n_states = tl.cdiv(L, EVERY) + 1 if STORE_ALL else tl.cdiv(L, CHUNK)
-    return state_ptr + (b * n_states * E + e[:, None]) * N + n[None, :]
+    return state_ptr + (b * n_states * N + n[:, None]) * E + e[None, :]
 
 
 @triton.jit
@@ -163,20 +174,20 @@ def _scan_fwd_kernel(u_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr,
     e = tl.program_id(1) * BLOCK_E + tl.arange(0, BLOCK_E)
     n = tl.arange(0, N)
     emask = e < E
-    A = tl.load(A_ptr + e[:, None] * N + n[None, :], mask=emask[:, None], other=0.0)
+    A = tl.load(A_ptr + n[:, None] * E + e[None, :], mask=emask[None, :], other=0.0)
     if HAS_BIAS:
         bias = tl.load(bias_ptr + e, mask=emask, other=0.0)
     if HAS_D:
         Dskip = tl.load(D_ptr + e, mask=emask, other=0.0)
     span = L if STORE_ALL else CHUNK
     states = _stored_states(state_ptr, b, e, n, L, E, N, CHUNK, STORE_ALL, EVERY)
-    h = tl.zeros([BLOCK_E, N], dtype=tl.float32)
+    h = tl.zeros([N, BLOCK_E], dtype=tl.float32)
     # step t's rows are loaded during step t - 1 (the last step reloads its own): none depends on the carried state,
     # so their latency hides behind a step's work instead of stalling each step
     rows = _step_rows(u_ptr, dt_ptr, B_ptr, C_ptr, z_ptr, b, 0, e, n, emask, su_b, su_t, su_e, sdt_b, sdt_t, sdt_e,
                       sz_b, sz_t, sz_e, sB_b, sB_t, sB_n, sC_b, sC_t, sC_n, HAS_Z)
     for c in range(tl.cdiv(L, span)):
-        tl.store(states + c * E * N, h, mask=emask[:, None])
+        tl.store(states + c * E * N, h, mask=emask[None, :])
         for t in range(c * span, tl.minimum(c * span + span, L)):
             ut, dtt, Bt, Ct, zt = rows
             rows = _step_rows(u_ptr, dt_ptr, B_ptr, C_ptr, z_ptr, b, tl.minimum(t + 1, L - 1), e, n, emask,
@@ -186,14 +197,14 @@ def _scan_fwd_kernel(u_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr,
                 dtt += bias
             if SOFTPLUS:
                 dtt, _ = _softplus(dtt)
-            h = tl.exp(dtt[:, None] * A) * h + (dtt * ut)[:, None] * Bt[None, :]
+            h = tl.exp(dtt[None, :] * A) * h + (dtt * ut)[None, :] * Bt[:, None]
             if STORE_ALL:
                 if EVERY == 1:
-                    tl.store(states + (t + 1) * E * N, h, mask=emask[:, None])
+                    tl.store(states + (t + 1) * E * N, h, mask=emask[None, :])
                 else:  # h_{t+1} where t + 1 is a multiple of EVERY, and h_L
                     keep = ((t + 1) % EVERY == 0) | (t + 1 == L)
-                    tl.store(states + ((t + EVERY) // EVERY) * E * N, h, mask=emask[:, None] & keep)
-            y = tl.sum(h * Ct[None, :], axis=1)
+                    tl.store(states + ((t + EVERY) // EVERY) * E * N, h, mask=emask[None, :] & keep)
+            y = tl.sum(h * Ct[:, None], axis=0)
             if HAS_D:
                 y += Dskip * ut
             if HAS_Z:
@@ -214,7 +225,7 @@ def _scan_bwd_kernel(u_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr,
     e = pe * BLOCK_E + tl.arange(0, BLOCK_E)
     n = tl.arange(0, N)
     emask = e < E
-    A = tl.load(A_ptr + e[:, None] * N + n[None, :], mask=emask[:, None], other=0.0)
+    A = tl.load(A_ptr + n[:, None] * E + e[None, :], mask=emask[None, :], other=0.0)
     if HAS_BIAS:
         bias = tl.load(bias_ptr + e, mask=emask, other=0.0)
         gbias = tl.zeros([BLOCK_E], dtype=tl.float32)
@@ -228,9 +239,9 @@ def _scan_bwd_kernel(u_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr,
     if not STORE_ALL:
         # this program's scratch: slot s holds the state entering step s of the current chunk
         scratch = (scratch_ptr + (b * tl.num_programs(1) + pe) * CHUNK * BLOCK_E * N
-                   + tl.arange(0, BLOCK_E)[:, None] * N + n[None, :])
-    gh = tl.zeros([BLOCK_E, N], dtype=tl.float32)  # dL/dh_t, carried backwards in time across spans
-    gA = tl.zeros([BLOCK_E, N], dtype=tl.float32)
+                   + n[:, None] * BLOCK_E + tl.arange(0, BLOCK_E)[None, :])
+    gh = tl.zeros([N, BLOCK_E], dtype=tl.float32)  # dL/dh_t, carried backwards in time across spans
+    gA = tl.zeros([N, BLOCK_E], dtype=tl.float32)
     n_spans = tl.cdiv(L, span)
     # the reverse walk's rows of step t are loaded during step t + 2 (step t needs step t - 1's to recompute an
     # h_{t-1} not stored); its output gradient and h_{t-1} (from the stored states, or in the chunked mode from the
@@ -241,7 +252,7 @@ def _scan_bwd_kernel(u_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr,
                              su_e, sdt_b, sdt_t, sdt_e, sz_b, sz_t, sz_e, sB_b, sB_t, sB_n, sC_b, sC_t, sC_n, HAS_Z)
     gy_next = _row(gy_ptr, b, L - 1, e, sgy_b, sgy_t, sgy_e, emask)
     if STORE_ALL:  # h_k, the last stored state at or before h_{L-1}
-        h_prev_next = tl.load(states + ((L - 1) // EVERY) * E * N, mask=emask[:, None], other=0.0)
+        h_prev_next = tl.load(states + ((L - 1) // EVERY) * E * N, mask=emask[None, :], other=0.0)
     else:  # each chunk loads its own first h_{t-1} from its scratch; until then a zero tile of the right shape
         h_prev_next = gh
     for ci in range(n_spans):
@@ -249,9 +260,9 @@ def _scan_bwd_kernel(u_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr,
         start = c * span
         end = tl.minimum(start + span, L)
         if STORE_ALL:
-            h = tl.load(states + ((L + EVERY - 1) // EVERY) * E * N, mask=emask[:, None], other=0.0)
+            h = tl.load(states + ((L + EVERY - 1) // EVERY) * E * N, mask=emask[None, :], other=0.0)
         else:
-            h = tl.load(states + c * E * N, mask=emask[:, None], other=0.0)
+            h = tl.load(states + c * E * N, mask=emask[None, :], other=0.0)
             walk = _step_rows(u_ptr, dt_ptr, B_ptr, C_ptr, z_ptr, b, start, e, n, emask, su_b, su_t, su_e, sdt_b,
                               sdt_t, sdt_e, sz_b, sz_t, sz_e, sB_b, sB_t, sB_n, sC_b, sC_t, sC_n, False, False)
             for t in range(start, end):
@@ -264,7 +275,7 @@ def _scan_bwd_kernel(u_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr,
                     dtt += bias
                 if SOFTPLUS:
                     dtt, _ = _softplus(dtt)
-                h = tl.exp(dtt[:, None] * A) * h + (dtt * ut)[:, None] * Bt[None, :]
+                h = tl.exp(dtt[None, :] * A) * h + (dtt * ut)[None, :] * Bt[:, None]
             # the reverse walk reads scratch slots other threads of this program may have written
             tl.debug_barrier()
             h_prev_next = tl.load(scratch + (end - 1 - start) * BLOCK_E * N)
@@ -282,14 +293,14 @@ def _scan_bwd_kernel(u_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr,
                         dt1 += bias
                     if SOFTPLUS:
                         dt1, _ = _softplus(dt1)
-                    h_prev = tl.exp(dt1[:, None] * A) * h_prev + (dt1 * u1)[:, None] * B1[None, :]
+                    h_prev = tl.exp(dt1[None, :] * A) * h_prev + (dt1 * u1)[None, :] * B1[:, None]
             tp = tl.maximum(t - 1, 0)
             rows_before = _step_rows(u_ptr, dt_ptr, B_ptr, C_ptr, z_ptr, b, tl.maximum(t - 2, 0), e, n, emask,
                                      su_b, su_t, su_e, sdt_b, sdt_t, sdt_e, sz_b, sz_t, sz_e, sB_b, sB_t, sB_n,
                                      sC_b, sC_t, sC_n, HAS_Z)
             gy_next = _row(gy_ptr, b, tp, e, sgy_b, sgy_t, sgy_e, emask)
             if STORE_ALL:
-                h_prev_next = tl.load(states + (tp // EVERY) * E * N, mask=emask[:, None], other=0.0)
+                h_prev_next = tl.load(states + (tp // EVERY) * E * N, mask=emask[None, :], other=0.0)
             else:  # from this chunk's scratch (at its first step, slot 0 again: the next chunk reloads its own)
                 h_prev_next = tl.load(scratch + tl.maximum(t - 1 - start, 0) * BLOCK_E * N)
             if HAS_BIAS:
@@ -301,19 +312,19 @@ def _scan_bwd_kernel(u_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr,
             row = (b * L + t) * E + e
             if HAS_Z:
                 sz = _sigmoid(zt)
-                y = tl.sum(h * Ct[None, :], axis=1)  # recomputed, not saved: one (BLOCK_E, N) product
+                y = tl.sum(h * Ct[:, None], axis=0)  # recomputed, not saved: one (BLOCK_E, N) product
                 if HAS_D:
                     y += Dskip * ut
                 tl.store(gz_ptr + row, gy * y * sz * (1.0 + zt * (1.0 - sz)), mask=emask)  # silu' = s (1 + z (1 - s))
                 gy = gy * zt * sz
-            gh += gy[:, None] * Ct[None, :]
+            gh += gy[None, :] * Ct[:, None]
             part = (pe * Bsz * L + b * L + t) * N + n
-            tl.store(gC_ptr + part, tl.sum(h * gy[:, None], axis=0))
-            tl.store(gB_ptr + part, tl.sum(gh * (dtt * ut)[:, None], axis=0))
-            ghB = tl.sum(gh * Bt[None, :], axis=1)
-            gh = gh * tl.exp(dtt[:, None] * A)  # dL/dh_{t-1}
+            tl.store(gC_ptr + part, tl.sum(h * gy[None, :], axis=1))
+            tl.store(gB_ptr + part, tl.sum(gh * (dtt * ut)[None, :], axis=1))
+            ghB = tl.sum(gh * Bt[:, None], axis=0)
+            gh = gh * tl.exp(dtt[None, :] * A)  # dL/dh_{t-1}
             gdecay = gh * h_prev  # dL/d(dt A) through the decay
-            gdt = tl.sum(gdecay * A, axis=1) + ut * ghB
+            gdt = tl.sum(gdecay * A, axis=0) + ut * ghB
             gu = dtt * ghB
             if HAS_D:
                 gu += Dskip * gy
@@ -324,12 +335,12 @@ def _scan_bwd_kernel(u_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr,
                 gbias += gdt
             tl.store(gu_ptr + row, gu, mask=emask)
             tl.store(gdt_ptr + row, gdt, mask=emask)
-            gA += gdecay * dtt[:, None]
+            gA += gdecay * dtt[None, :]
             h = h_prev
         if not STORE_ALL:
             # the next chunk's forward walk overwrites slots this walk read
             tl.debug_barrier()
-    tl.store(gA_ptr + (b * E + e[:, None]) * N + n[None, :], gA, mask=emask[:, None])
+    tl.store(gA_ptr + (b * E + e[None, :]) * N + n[:, None], gA, mask=emask[None, :])
     if HAS_D:
         tl.store(gD_ptr + b * E + e, gD, mask=emask)
     if HAS_BIAS:
@@ -337,18 +348,29 @@ def _scan_bwd_kernel(u_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr,
 
 
 class Launch(NamedTuple):
-    """How the scan kernels are launched: channels per program, warps per program, software-pipelining stages of
+    """How the scan kernels are launched: channels per program (None: ``_block_e`` chooses), warps per program, software-pipelining stages of
     the time loop, and which states the forward keeps for the backward (``"auto"``: every other state within
     ``STATE_BUDGET_BYTES``, else the chunked mode; ``"all"``, ``"half"`` or ``"chunked"`` to choose). ``python -m
     zoo.kernels.bench --selective-scan ...`` times the choices on a GPU."""
-    block_e: int = 32
+    block_e: int | None = None
     num_warps: int = 1
     num_stages: int = 1
     states: str = "auto"
 
 
-def _block_e(E: int, launch: Launch) -> int:
-    return min(triton.next_power_of_2(E), launch.block_e)
+# Channels per program when ``Launch.block_e`` is None: the most of 64 and 32 that still gives a launch this many
+# programs (one warp each), else 16. On an H100 64 channels were fastest where they left 1024 programs or more
+# (Bt=256, E=256 and larger shapes), and 35% slower than 32 where they left 256 (Bt=128, E=128, where 16 channels,
+# 1024 programs, were fastest).
+MIN_PROGRAMS = 1024
+
+
+def _block_e(Bsz: int, E: int, launch: Launch) -> int:
+    """Channels per program: ``launch.block_e``, or the most of 64, 32 that leaves ``MIN_PROGRAMS`` programs, else 16."""
+    block = launch.block_e
+    if block is None:
+        block = next((b for b in (64, 32) if Bsz * triton.cdiv(E, b) >= MIN_PROGRAMS), 16)
+    return min(triton.next_power_of_2(E), block)
 
 
 def _strides(x: torch.Tensor | None) -> tuple[int, ...]:
@@ -371,11 +393,12 @@ class SelectiveScanFunction(torch.autograd.Function):
     def forward(ctx, u, dt, A, B, C, D, z, delta_bias, delta_softplus, launch, out_dtype):
         Bsz, L, E = u.shape
         N = A.shape[1]
-        A, D, delta_bias = _f32(A), _f32(D), _f32(delta_bias)
+        # the kernels hold (N, channels) tiles, channels across a warp's lanes: A and the states are laid out so
+        A, D, delta_bias = A.float().t().contiguous(), _f32(D), _f32(delta_bias)
         y = torch.empty(Bsz, L, E, device=u.device, dtype=out_dtype)
         mode = _states_mode(Bsz, L, E, N, launch.states)
-        states = torch.empty(Bsz, _n_states(L, mode), E, N, device=u.device, dtype=torch.float32)
-        block = _block_e(E, launch)
+        states = torch.empty(Bsz, _n_states(L, mode), N, E, device=u.device, dtype=torch.float32)
+        block = _block_e(Bsz, E, launch)
         _scan_fwd_kernel[(Bsz, triton.cdiv(E, block))](
             u, dt, A, B, C, D, z, delta_bias, y, states, L, E,
             *u.stride(), *dt.stride(), *_strides(z), *B.stride(), *C.stride(),
@@ -391,9 +414,9 @@ class SelectiveScanFunction(torch.autograd.Function):
     def backward(ctx, gy):
         u, dt, A, B, C, D, z, delta_bias, states = ctx.saved_tensors
         Bsz, L, E = u.shape
-        N = A.shape[1]
+        N = A.shape[0]  # A is (N, E) here
         launch = ctx.launch
-        block = _block_e(E, launch)
+        block = _block_e(Bsz, E, launch)
         ne = triton.cdiv(E, block)
 
         def f32(*shape):
@@ -406,7 +429,7 @@ class SelectiveScanFunction(torch.autograd.Function):
         gA, gB, gC = f32(Bsz, E, N), f32(ne, Bsz, L, N), f32(ne, Bsz, L, N)
         gD = None if D is None else f32(Bsz, E)
         gbias = None if delta_bias is None else f32(Bsz, E)
-        scratch = f32(Bsz * ne, CHUNK, block, N) if ctx.states == "chunked" else None
+        scratch = f32(Bsz * ne, CHUNK, N, block) if ctx.states == "chunked" else None
         _scan_bwd_kernel[(Bsz, ne)](
             u, dt, A, B, C, D, z, delta_bias, states, gy, scratch, gu, gdt, gz, gA, gB, gC, gD, gbias, L, E, Bsz,
             *u.stride(), *dt.stride(), *_strides(z), *B.stride(), *C.stride(), *gy.stride(),

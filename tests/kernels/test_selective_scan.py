@@ -193,7 +193,7 @@ def test_triton_stores_every_other_state_within_the_budget_and_chunks_above_it_u
         assert selective_scan(*args).grad_fn.states == mode
         for states, n_states in (("all", L + 1), ("half", n_half), ("chunked", 3)):  # a named mode overrides it
             ctx = selective_scan(*args, launch=fused_recurrent.Launch(states=states)).grad_fn
-            assert ctx.states == states and ctx.saved_tensors[-1].shape == (Bt, n_states, E, N)
+            assert ctx.states == states and ctx.saved_tensors[-1].shape == (Bt, n_states, N, E)
     with pytest.raises(ValueError, match="launch.states='chunk' is not valid: expected one of auto, all, half, "
                                          "chunked"):
         selective_scan(*args, launch=fused_recurrent.Launch(states="chunk"))
@@ -212,3 +212,15 @@ def test_triton_matches_naive_on_gpu(monkeypatch, mode, shape, options):
     assert backend.last_backend("selective_scan") == "triton"
     for g, w in zip(got, grads(selective_scan_naive, args, kwargs, gy, bool(options))):
         torch.testing.assert_close(g, w, rtol=2e-3, atol=2e-3)
+
+
+def test_default_channels_per_program_leave_enough_programs():
+    """Without ``block_e`` the launch takes 64 channels a program, or 32, while that leaves ``MIN_PROGRAMS``
+    programs, else 16; never more channels than the input has (rounded up to a power of two)."""
+    default = fused_recurrent.Launch()
+    assert fused_recurrent._block_e(256, 256, default) == 64  # 1024 programs
+    assert fused_recurrent._block_e(128, 512, default) == 64
+    assert fused_recurrent._block_e(128, 256, default) == 32  # 64 would leave 512
+    assert fused_recurrent._block_e(128, 128, default) == 16
+    assert fused_recurrent._block_e(2, 3, default) == 4
+    assert fused_recurrent._block_e(256, 256, fused_recurrent.Launch(block_e=8)) == 8
