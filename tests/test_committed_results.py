@@ -57,6 +57,7 @@ def test_grid_readme_table_is_regenerated_from_the_records():
 
 @pytest.mark.parametrize("sweep, records", [("gatedfwa_claims", "h100_n128_protocol.jsonl"),
                                             ("gatedfwa_claim_seeds", "h100_claim_cell_seeds.jsonl"),
+                                            ("gatedfwa_claim_seeds_normed", "h100_claim_cell_seeds_normed.jsonl"),
                                             ("gatedfwa_ablation", "h100_gatedfwa_ablation_n128.jsonl")])
 def test_fidelity_records_are_runs_of_their_sweep(sweep, records, tmp_path):
     """results/FIDELITY.md's claim runs keep their ids: rerunning their sweep finds them finished."""
