@@ -4,7 +4,8 @@ An entry ``op(..., backend="auto")`` takes ``"naive"`` (the plain PyTorch refere
 runs anywhere), each of its fast paths by name (``"triton"``, ``"fla"``, ``"mamba_ssm"``, ...), or
 ``"auto"``: the entry's fast path for CUDA tensors where it imports (and, for fla's chunk ops, works
 on this GPU), else the reference. A fast path named explicitly is imported without fallback, so a missing
-package raises. Each call ends in ``record(op, backend)``; ``last_backend(op)`` then says which backend ran,
+package raises. Each call ends in ``record(op, backend)`` (``recorded_path`` chooses a fast path and records the
+choice in one call); ``last_backend(op)`` then says which backend ran,
 so GPU tests can check that the fast path really did.
 """
 from __future__ import annotations
@@ -156,6 +157,14 @@ def fast_path(backend: str, fast: str, module: str, x: torch.Tensor, purpose: st
     if backend == "auto":
         return fast_module(module, purpose, x)
     return None
+
+
+def recorded_path(op: str, backend: str, fast: str, module: str, x: torch.Tensor, purpose: str):
+    """:func:`fast_path`, and the record that ``op`` ran on ``fast`` (its module returned) or on the reference
+    (None returned)."""
+    found = fast_path(backend, fast, module, x, purpose)
+    record(op, NAIVE if found is None else fast)
+    return found
 
 
 class Compiled:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from zoo.kernels.backend import NAIVE, check_backend, fast_path, record
+from zoo.kernels.backend import NAIVE, check_backend, recorded_path
 from zoo.kernels.based.naive import based_naive
 
 BACKENDS = ("auto", "fla", NAIVE)
@@ -17,8 +17,8 @@ BACKENDS = ("auto", "fla", NAIVE)
 def based_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, backend: str = "auto") -> torch.Tensor:
     """q, k: (B, L, H, F); v: (B, L, H, Dv) -> (B, L, H, Dv), logits scaled by ``F ** -0.5``."""
     check_backend(backend, BACKENDS)
-    fla = fast_path(backend, "fla", "fla.ops.based", q, "based on GPU (falls back to the quadratic PyTorch reference)")
-    record("based", NAIVE if fla is None else "fla")
+    fla = recorded_path("based", backend, "fla", "fla.ops.based", q,
+                        "based on GPU (falls back to the quadratic PyTorch reference)")
     if fla is None:
         return based_naive(q, k, v)
     return fla.parallel_based(q, k, v, scale=q.shape[-1] ** -0.5, use_norm=True)

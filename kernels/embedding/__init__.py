@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from zoo.kernels.backend import NAIVE, check_backend, fast_path, record
+from zoo.kernels.backend import NAIVE, check_backend, recorded_path
 from zoo.kernels.embedding.naive import embedding_naive
 
 BACKENDS = ("auto", "triton", NAIVE)
@@ -25,9 +25,8 @@ BACKENDS = ("auto", "triton", NAIVE)
 def embedding(ids: torch.Tensor, weight: torch.Tensor, backend: str = "auto") -> torch.Tensor:
     """Rows of weight [V, D] at integer ids [...] (each in [0, V)) -> [..., D] in weight's dtype."""
     check_backend(backend, BACKENDS)
-    fast = fast_path(backend, "triton", "zoo.kernels.embedding.sorted_sum", weight,
-                     "embedding on GPU (falls back to PyTorch's backward)")
-    record("embedding", NAIVE if fast is None else "triton")
+    fast = recorded_path("embedding", backend, "triton", "zoo.kernels.embedding.sorted_sum", weight,
+                         "embedding on GPU (falls back to PyTorch's backward)")
     return embedding_naive(ids, weight) if fast is None else fast.embedding(ids, weight)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from zoo.kernels.backend import NAIVE, check_backend, fast_path, record
+from zoo.kernels.backend import NAIVE, check_backend, recorded_path
 from zoo.kernels.implicit_filter.naive import implicit_filter_naive
 
 BACKENDS = ("auto", "triton", NAIVE)
@@ -25,9 +25,8 @@ def implicit_filter(z: torch.Tensor, weights: list[torch.Tensor], biases: list[t
     if len(weights) != len(biases) or not weights:
         raise ValueError(f"implicit_filter: {len(weights)} weights and {len(biases)} biases: expected one bias per "
                          "weight, at least one layer")
-    fast = fast_path(backend, "triton", "zoo.kernels.implicit_filter.fused", z,
-                     "Hyena's implicit filter on GPU (falls back to the PyTorch composition)")
-    record("implicit_filter", NAIVE if fast is None else "triton")
+    fast = recorded_path("implicit_filter", backend, "triton", "zoo.kernels.implicit_filter.fused", z,
+                         "Hyena's implicit filter on GPU (falls back to the PyTorch composition)")
     run = implicit_filter_naive if fast is None else fast.implicit_filter
     return run(z, weights, biases, freq, w_out, t, deltas)
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import torch
 
-from zoo.kernels.backend import NAIVE, check_backend, fast_path, record
+from zoo.kernels.backend import NAIVE, check_backend, record, recorded_path
 from zoo.kernels.long_conv.fft import fft_causal_conv
 from zoo.kernels.long_conv.naive import long_conv_naive
 
@@ -44,9 +44,8 @@ def gated_long_conv(xbc: torch.Tensor, h: torch.Tensor, bias: torch.Tensor, back
     """xbc [B, L, 3D], the streams (x1, x2, v) side by side; h [L, D]; bias [D] -> ``x2 * long_conv(x1 * v, h, bias)``,
     [B, L, D] in xbc's dtype."""
     check_backend(backend, GATED_BACKENDS)
-    fast = fast_path(backend, "triton", "zoo.kernels.long_conv.gated", xbc,
-                     "Hyena's gated long conv on GPU (falls back to the unfused FFT composition)")
-    record("gated_long_conv", NAIVE if fast is None else "triton")
+    fast = recorded_path("gated_long_conv", backend, "triton", "zoo.kernels.long_conv.gated", xbc,
+                         "Hyena's gated long conv on GPU (falls back to the unfused FFT composition)")
     if fast is not None:
         return fast.gated_long_conv(xbc, h, bias)
     x1, x2, v = xbc.chunk(3, dim=-1)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from zoo.kernels.backend import CHUNKED, NAIVE, check_backend, fast_path, record
+from zoo.kernels.backend import CHUNKED, NAIVE, check_backend, fast_path, record, recorded_path
 from zoo.kernels.rwkv7.chunked import rwkv7_chunked
 from zoo.kernels.rwkv7.naive import rwkv7_naive
 
@@ -36,9 +36,8 @@ def rwkv7(r: torch.Tensor, w: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a:
     if backend == CHUNKED:
         record("rwkv7", CHUNKED)
         return rwkv7_chunked(r, w, k, v, a, b)
-    fused = fast_path(backend, "triton", "zoo.kernels.rwkv7.fused_recurrent", r,
-                      "rwkv7 on GPU (falls back to the PyTorch recurrence)")
-    record("rwkv7", NAIVE if fused is None else "triton")
+    fused = recorded_path("rwkv7", backend, "triton", "zoo.kernels.rwkv7.fused_recurrent", r,
+                          "rwkv7 on GPU (falls back to the PyTorch recurrence)")
     return rwkv7_naive(r, w, k, v, a, b) if fused is None else fused.rwkv7_fused(r, w, k, v, a, b)
 
 

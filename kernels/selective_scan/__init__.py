@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from zoo.kernels.backend import NAIVE, check_backend, fast_path, record
+from zoo.kernels.backend import NAIVE, check_backend, fast_path, record, recorded_path
 from zoo.kernels.selective_scan.naive import selective_scan_naive
 
 BACKENDS = ("auto", "mamba_ssm", "triton", NAIVE)
@@ -36,9 +36,8 @@ def selective_scan(u: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.
                                   None if z is None else z.transpose(1, 2),
                                   None if delta_bias is None else delta_bias.float(), delta_softplus)
         return y.transpose(1, 2).to(out_dtype or y.dtype)
-    fused = fast_path(backend, "triton", "zoo.kernels.selective_scan.fused_recurrent", u,
-                      "selective_scan on GPU (falls back to the PyTorch recurrence)")
-    record("selective_scan", NAIVE if fused is None else "triton")
+    fused = recorded_path("selective_scan", backend, "triton", "zoo.kernels.selective_scan.fused_recurrent", u,
+                          "selective_scan on GPU (falls back to the PyTorch recurrence)")
     if fused is None:
         y = selective_scan_naive(u, dt, A, B, C, D, z, delta_bias, delta_softplus)
         return y.to(out_dtype or y.dtype)

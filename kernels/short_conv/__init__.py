@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import torch
 
-from zoo.kernels.backend import NAIVE, check_backend, fast_path, record
+from zoo.kernels.backend import NAIVE, check_backend, recorded_path
 from zoo.kernels.short_conv.naive import short_conv_naive
 
 BACKENDS = ("auto", "triton", NAIVE)
@@ -38,9 +38,8 @@ def short_conv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None 
     activation None or ``"silu"`` -> [B, T, C] in x's dtype."""
     check_backend(backend, BACKENDS)
     check_activation(activation)
-    fast = fast_path(backend, "triton", "zoo.kernels.short_conv.tiled", x,
-                     "short_conv on GPU (falls back to F.conv1d)")
-    record("short_conv", NAIVE if fast is None else "triton")
+    fast = recorded_path("short_conv", backend, "triton", "zoo.kernels.short_conv.tiled", x,
+                         "short_conv on GPU (falls back to F.conv1d)")
     run = short_conv_naive if fast is None else fast.short_conv
     return run(x, weight, bias, activation)
 

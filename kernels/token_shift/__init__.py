@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import torch
 
-from zoo.kernels.backend import NAIVE, check_backend, fast_path, record
+from zoo.kernels.backend import NAIVE, check_backend, recorded_path
 from zoo.kernels.token_shift.naive import token_shift_mix_naive
 
 BACKENDS = ("auto", "triton", NAIVE)
@@ -36,9 +36,8 @@ def token_shift_mix(x: torch.Tensor, mixes: torch.Tensor, out_dtype: torch.dtype
     if x.dim() != 3 or mixes.dim() != 2 or mixes.shape[1] != x.shape[2]:
         raise ValueError(f"token_shift_mix: x {tuple(x.shape)} and mixes {tuple(mixes.shape)} are not valid: "
                          "expected x [B, T, D] and mixes [G, D]")
-    fast = fast_path(backend, "triton", "zoo.kernels.token_shift.fused", x,
-                     "token_shift_mix on GPU (falls back to F.pad and torch.addcmul)")
-    record("token_shift_mix", NAIVE if fast is None else "triton")
+    fast = recorded_path("token_shift_mix", backend, "triton", "zoo.kernels.token_shift.fused", x,
+                         "token_shift_mix on GPU (falls back to F.pad and torch.addcmul)")
     run = token_shift_mix_naive if fast is None else fast.token_shift_mix
     return run(x, mixes, out_dtype)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from zoo.kernels.backend import NAIVE, check_backend, fast_path, record
+from zoo.kernels.backend import NAIVE, check_backend, recorded_path
 from zoo.kernels.wkv4.naive import wkv4_naive
 
 BACKENDS = ("auto", "triton", NAIVE)
@@ -19,9 +19,8 @@ BACKENDS = ("auto", "triton", NAIVE)
 def wkv4(w: torch.Tensor, u: torch.Tensor, k: torch.Tensor, v: torch.Tensor, backend: str = "auto") -> torch.Tensor:
     """w, u: (C,) decay rates and bonus; k, v: (B, L, C) -> y: (B, L, C) float32 (float64 stays on naive)."""
     check_backend(backend, BACKENDS)
-    fused = fast_path(backend, "triton", "zoo.kernels.wkv4.fused_recurrent", k,
-                      "wkv4 on GPU (falls back to the PyTorch recurrence)")
-    record("wkv4", NAIVE if fused is None else "triton")
+    fused = recorded_path("wkv4", backend, "triton", "zoo.kernels.wkv4.fused_recurrent", k,
+                          "wkv4 on GPU (falls back to the PyTorch recurrence)")
     return wkv4_naive(w, u, k, v) if fused is None else fused.wkv4(w, u, k, v)
 
 
