@@ -12,7 +12,7 @@ chunked):
   chunked mode 1.40 and 5.31 ms: its second walk per chunk doubles the chain.
 * half (the default): the forward writes every other state (h_0, h_2, ..., and h_L), half the memory and half the
   writes, and the reverse walk makes each h_{t-1} not stored from h_{t-2} with one step of the forward (one
-  (BLOCK_E, N) exp and multiply-add every other step, off the chain of dL/dh, from inputs it has already loaded:
+  (N, BLOCK_E) exp and multiply-add every other step, off the chain of dL/dh, from inputs it has already loaded:
   step t - 1's rows are loaded two steps ahead). Measured on an H100 80GB (``python -m zoo.kernels.bench
   --selective-scan 256,256,256,16 128,512,1024,16``: one layer's forward + backward, bf16 inputs, every option, one
   warp, one process), ms:
@@ -75,14 +75,14 @@ import triton.language as tl
 
 from zoo.kernels.partial_sums import sum_first
 
-# Largest float32 state tensor a call keeps for the backward in "auto": half's (Bt, L // 2 + 1, E, N) or so; above
+# Largest float32 state tensor a call keeps for the backward in "auto": half's (Bt, L // 2 + 1, N, E) or so; above
 # it the chunked mode keeps 1/CHUNK of every state. The docstring's shapes keep 0.5 and 2.2 GB a layer. The budget is
 # per call, so a deep model near it keeps a multiple of it and may want it lower. It must stay at most 8 GiB (2^31
 # float32): the kernels address the states with int32 offsets.
 STATE_BUDGET_BYTES = 4 * 2**30
 
 # Chunked mode: steps between stored states. They cost 1/CHUNK of storing every h_t, while the backward's scratch
-# (CHUNK states per program: 32 KiB at the default BLOCK_E=32, N=16) should fit in L2 for the resident programs
+# (CHUNK states per program: 64 KiB at BLOCK_E=64, N=16) should fit in L2 for the resident programs
 # (an estimate, not profiled).
 CHUNK = 16
 
@@ -93,7 +93,7 @@ EVERY = {"all": 1, "half": 2}
 
 
 def _n_states(L: int, mode: str) -> int:
-    """How many (E, N) states of a sequence ``mode`` keeps: h_0, every EVERY-th h_k and h_L; or, chunked, the state
+    """How many (N, E) states of a sequence ``mode`` keeps: h_0, every EVERY-th h_k and h_L; or, chunked, the state
     entering each chunk."""
     return triton.cdiv(L, EVERY[mode]) + 1 if mode in EVERY else triton.cdiv(L, CHUNK)
 
@@ -157,7 +157,7 @@ def _step_rows(u_ptr, dt_ptr, B_ptr, C_ptr, z_ptr, b, t, e, n, emask, su_b, su_t
 @triton.jit
 def _stored_states(state_ptr, b, e, n, L, E, N: tl.constexpr, CHUNK: tl.constexpr, STORE_ALL: tl.constexpr,
                    EVERY: tl.constexpr):
-    """(BLOCK_E, N) pointers to this program's stored state 0 (+ k * E * N: state k). All and half walk the
+    """(N, BLOCK_E) pointers to this program's stored state 0 (+ k * E * N: state k). All and half walk the
     sequence as one span and store h_k, the state after k steps, for k = 0 (the span's entry store) to L, every
     EVERY-th k (at k // EVERY) and h_L (at cdiv(L, EVERY)); chunked stores the state entering chunk k."""
     n_states = tl.cdiv(L, EVERY) + 1 if STORE_ALL else tl.cdiv(L, CHUNK)
@@ -312,7 +312,7 @@ def _scan_bwd_kernel(u_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr,
             row = (b * L + t) * E + e
             if HAS_Z:
                 sz = _sigmoid(zt)
-                y = tl.sum(h * Ct[:, None], axis=0)  # recomputed, not saved: one (BLOCK_E, N) product
+                y = tl.sum(h * Ct[:, None], axis=0)  # recomputed, not saved: one (N, BLOCK_E) product
                 if HAS_D:
                     y += Dskip * ut
                 tl.store(gz_ptr + row, gy * y * sz * (1.0 + zt * (1.0 - sz)), mask=emask)  # silu' = s (1 + z (1 - s))
