@@ -16,6 +16,7 @@ import math
 import torch
 from torch import nn
 
+from zoo.kernels.linear.split import split_linear
 from zoo.kernels.selective_scan import selective_scan
 from zoo.errors import ConfigError
 from zoo.mixers.short_conv import ShortConv
@@ -64,7 +65,7 @@ class Mamba(nn.Module):
         self.out_proj = nn.Linear(E, d_model, bias=False)
 
     def forward(self, u: torch.Tensor) -> torch.Tensor:
-        x, z = self.in_proj(u).chunk(2, dim=-1)
+        x, z = split_linear(u, self.in_proj.weight, [self.d_inner, self.d_inner])  # no concatenated gradient
         x = self.conv(x)
         dt, B, C = self.x_proj(x).split([self.dt_rank, self.d_state, self.d_state], dim=-1)
         y = selective_scan(x, self.dt_proj(dt), -torch.exp(self.A_log.float()), B, C, D=self.D, z=z,

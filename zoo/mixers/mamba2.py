@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from zoo.kernels.layer_norm import rms_norm
+from zoo.kernels.linear.split import split_linear
 from zoo.kernels.ssd import ssd
 from zoo.errors import ConfigError
 from zoo.mixers.short_conv import ShortConv
@@ -77,7 +78,8 @@ class Mamba2(nn.Module):
 
     def forward(self, u: torch.Tensor) -> torch.Tensor:
         Bt, L, _ = u.shape
-        z, xbc, dt = self.in_proj(u).split([self.d_inner, self.d_inner + 2 * self.d_state, self.nheads], dim=-1)
+        # each part its own contiguous tensor (the conv's rows 16-byte aligned; no concatenated gradient)
+        z, xbc, dt = split_linear(u, self.in_proj.weight, [self.d_inner, self.d_inner + 2 * self.d_state, self.nheads])
         x, B, C = self.conv(xbc).split([self.d_inner, self.d_state, self.d_state], dim=-1)
         x = x.reshape(Bt, L, self.nheads, self.headdim)
         dt = F.softplus(dt + self.dt_bias)  # float32: autocast's bf16 dt and the float32 bias promote in one kernel

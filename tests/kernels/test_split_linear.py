@@ -1,0 +1,67 @@
+"""``zoo.kernels.linear.split.split_linear`` against ``F.linear(x, w).split(sizes, -1)``: values, contiguous parts,
+both gradients, float32 and under bf16 autocast, a part left without gradient, bad sizes."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+from zoo.kernels.linear.split import split_linear
+
+SIZES = [5, 12, 3]
+
+
+def leaves(requires=(True, True)):
+    g = torch.Generator().manual_seed(0)
+    x, w = torch.randn(2, 7, 16, generator=g), torch.randn(sum(SIZES), 16, generator=g)
+    return [t.requires_grad_(r) for t, r in zip((x, w), requires)]
+
+
+def run(fn, bf16=False, use=(0, 1, 2), requires=(True, True)):
+    """(parts, gradients of x and w) for a loss that reads the parts in ``use``."""
+    x, w = leaves(requires)
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        parts = fn(x, w)
+    g = torch.Generator().manual_seed(1)
+    loss = sum((parts[i].float() * torch.randn(parts[i].shape, generator=g)).sum() for i in use)
+    loss.backward()
+    return parts, x.grad, w.grad
+
+
+def reference(x, w):
+    return F.linear(x, w).split(SIZES, dim=-1)
+
+
+def ours(x, w):
+    return split_linear(x, w, SIZES)
+
+
+@pytest.mark.parametrize("bf16", [False, True])
+def test_parts_and_gradients_match_the_split_projection(bf16):
+    (got, gx, gw), (want, wx, ww) = run(ours, bf16), run(reference, bf16)
+    assert all(p.is_contiguous() and p.shape == q.shape and p.dtype == q.dtype for p, q in zip(got, want))
+    for p, q in zip(got, want):
+        torch.testing.assert_close(p, q, rtol=0, atol=0)  # the same matmul per column
+    assert gx.dtype == wx.dtype == gw.dtype == ww.dtype == torch.float32
+    # under autocast each weight gradient row is one bf16 matmul either way, and dx adds up the parts' bf16 products
+    # in bf16 (one rounding per part) where the reference rounds one product over all columns
+    if bf16:
+        torch.testing.assert_close(gw, ww, rtol=0, atol=0)
+        torch.testing.assert_close(gx, wx, rtol=0, atol=2 ** -6 * float(wx.abs().max()))
+    else:
+        torch.testing.assert_close(gw, ww)
+        torch.testing.assert_close(gx, wx)
+
+
+def test_an_unused_part_and_an_input_without_gradient():
+    (_, gx, gw), (_, wx, ww) = run(ours, use=(1,)), run(reference, use=(1,))
+    torch.testing.assert_close(gx, wx, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(gw, ww, rtol=1e-5, atol=1e-5)
+    assert not gw[:5].any() and not gw[17:].any()
+    (_, gx, gw), (_, wx, _) = run(ours, requires=(True, False)), run(reference, requires=(True, False))
+    assert gw is None
+    torch.testing.assert_close(gx, wx, rtol=1e-5, atol=1e-5)
+
+
+def test_sizes_that_do_not_cover_the_weight_are_refused():
+    x, w = leaves()
+    with pytest.raises(ValueError, match=r"sizes \[5, 12\] do not add up to the weight's 20 rows"):
+        split_linear(x, w, [5, 12])
