@@ -10,7 +10,7 @@ Sections (``--sections``, default all):
   scaling  aggregate epochs/s of 1, 2, 4, 8 concurrent runs on one GPU
   gpus     wall time of one slice of the sweep (the bench's mixers and lengths at d_model=128, the lrs as groups)
            through python -m zoo.sweep on the first 1, 2, 4, 8 GPUs (--gpus), and the speedup over one GPU
-           (skipped on a machine with one GPU)
+           (skipped on a machine with one GPU), after one untimed epoch of the slice that fills the kernel caches
   grid     projected wall time of the whole sweep on one GPU, in groups (needs epochs and scaling)
 """
 from __future__ import annotations
@@ -163,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
                      ["runs", "ok", "epoch s each", "epochs/s", "x one run"], rows), flush=True)
 
     if "gpus" in sections:
-        from zoo.bench.gpu_scaling import device_counts, sweep_wall_seconds
+        from zoo.bench.gpu_scaling import device_counts, sweep_wall_seconds, warm_caches
 
         only = ([f"model.mixer={m}" for m in mixers] + [f"task.params.input_seq_len={n}" for n in lengths]
                 + [f"model.d_model={ref_d}"])
@@ -176,11 +176,15 @@ def main(argv: list[str] | None = None) -> int:
         else:
             if set(args.gpus) - set(counts):
                 print(f"gpus section: {sorted(set(args.gpus) - set(counts))} left out, this machine has {available}")
+            warm = warm_caches(args.sweep, only, max(counts), cuda)
+            print(f"gpus section: warm-up (one epoch of the slice on {max(counts)} devices, untimed, fills the "
+                  f"kernel caches): {warm['wall_s']:.0f} s, exit {warm['exit']}", flush=True)
             rows, one = [], None
             for k in counts:
                 r = sweep_wall_seconds(args.sweep, only, args.epochs, k, cuda)
                 one = one or r["wall_s"]
                 rows.append([k, r["completed"], r["wall_s"], one / r["wall_s"], r["exit"]])
+                print(f"  {k} device(s): {r['completed']} runs in {r['wall_s']:.1f} s", flush=True)
                 if r["exit"]:
                     print(f"zoo.sweep on {k} device(s) exited {r['exit']}:\n{r['error']}", flush=True)
             out["gpus"] = rows

@@ -2,6 +2,10 @@
 persistent workers, one group per GPU at a time, longest first) on the first 1, 2, 4, ... GPUs this process sees,
 each time into a fresh folder with early stopping off; the wall time of each and its speedup over one GPU.
 
+Before the timed sweeps, the same slice trains one epoch on every GPU the section uses (:func:`warm_caches`), untimed:
+it fills Triton's and Inductor's on-disk caches, so that no GPU count pays the kernels' compilation and the first
+count timed is not the only one that does (which would flatter every count after it).
+
 On a machine without CUDA, that many CPU workers stand in for the GPUs: a check that the section runs, not a
 measurement of anything a sweep on GPUs would see.
 """
@@ -40,6 +44,12 @@ def sweep_wall_seconds(sweep: str, only: list[str], epochs: int, devices: int, c
         completed = sum(status == "completed" for status in run_states(out).values())
     return {"devices": devices, "wall_s": wall, "completed": completed, "exit": proc.returncode,
             "error": "" if proc.returncode == 0 else (proc.stdout + proc.stderr)[-1000:]}
+
+
+def warm_caches(sweep: str, only: list[str], devices: int, cuda: bool) -> dict:
+    """One untimed epoch of the slice on ``devices`` GPUs: every kernel the slice runs is compiled and cached on
+    disk before any count is timed (the sweeps' worker processes start with empty in-memory caches either way)."""
+    return sweep_wall_seconds(sweep, only, 1, devices, cuda)
 
 
 def device_counts(asked: list[int], available: int) -> list[int]:

@@ -1,0 +1,82 @@
+"""``python -m zoo.bench.grid_cost``: a finished sweep's groups priced by a timing sweep of the same cells."""
+import json
+
+import pytest
+
+from zoo.bench import grid_cost
+
+
+def _record(run_id, mixer, lr, epochs, history=None, train_seconds=0.0, wall_seconds=0.0, **settings):
+    return {"id": run_id, "status": "completed", "mixer": mixer, "epochs": epochs, "device": "a pretended GPU",
+            "history": [{"epoch": i, "train_seconds": s} for i, s in enumerate(history or [])],
+            "train_seconds": train_seconds, "wall_seconds": wall_seconds,
+            "settings": {"model.mixer": mixer, "model.d_model": 64, "train.lr": lr, "seed": 0, **settings}}
+
+
+def _folder(path, records):
+    path.mkdir()
+    (path / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+@pytest.fixture
+def folders(tmp_path):
+    # the protocol: cell a's members stopped after 3 and 1 epochs, cell b's both after 2 (early stop on)
+    protocol = _folder(tmp_path / "protocol", [
+        _record("a1", "a", 1e-3, 3, **{"train.max_epochs": 64}), _record("a2", "a", 1e-2, 1, **{"train.max_epochs": 64}),
+        _record("b1", "b", 1e-3, 2, **{"train.max_epochs": 64}), _record("b2", "b", 1e-2, 2, **{"train.max_epochs": 64})])
+    # the timing sweep: each cell 2 epochs; a: first epoch 5 s, then 2 s; 8 s of training in all (so 0.5 s of
+    # evaluation an epoch) and 10 s of wall time (2 s of start-up); b twice as slow in every part
+    timing = _folder(tmp_path / "timing", [
+        _record(f"t{m}{i}", m, lr, 2, [5.0 * k, 2.0 * k], 8.0 * k, 10.0 * k, **{"train.max_epochs": 2})
+        for m, k in (("a", 1), ("b", 2)) for i, lr in enumerate((1e-3, 1e-2))])
+    return protocol, timing
+
+
+def test_each_group_is_priced_from_its_cells_timing(folders):
+    cost = grid_cost.grid_cost(*folders)
+    groups = {g["mixer"]: g for g in cost["groups"]}
+    assert not cost["missing"] and set(groups) == {"a", "b"}
+    a, b = groups["a"], groups["b"]
+    assert (a["startup_s"], a["first_s"], a["epoch_s"], a["eval_s"]) == (2.0, 3.0, 2.0, 0.5)
+    # upper: 2 + 3 + 3 epochs x 2.5 s; lower: 2 + 3 + 2.5 s x (2 + 1 + 1 member-epochs) / 2 members
+    assert a["upper_s"] == pytest.approx(12.5) and a["lower_s"] == pytest.approx(10.0)
+    # b: both members train both epochs, so the bounds agree: 4 + 6 + 2 x 5
+    assert b["upper_s"] == pytest.approx(20.0) and b["lower_s"] == pytest.approx(20.0)
+    assert (a["epochs"], a["run_epochs"], b["epochs"], b["run_epochs"]) == (3, 4, 2, 4)
+
+
+def test_a_cell_without_timing_is_named(folders, tmp_path):
+    protocol, timing = folders
+    lines = (timing / "results.jsonl").read_text().splitlines()
+    (timing / "results.jsonl").write_text("".join(line + "\n" for line in lines if '"mixer": "b"' not in line))
+    cost = grid_cost.grid_cost(protocol, timing)
+    assert [g["mixer"] for g in cost["groups"]] == ["a"] and cost["missing"] == ["mixer=b, d=64, seed=0"]
+
+
+def test_a_timing_run_of_one_epoch_is_refused(folders):
+    protocol, timing = folders
+    one = _record("t", "a", 1e-3, 1, [5.0], 6.0, 7.0, **{"train.max_epochs": 1})
+    (timing / "results.jsonl").write_text(json.dumps(one) + "\n")
+    with pytest.raises(ValueError, match="needs at least 2"):
+        grid_cost.grid_cost(protocol, timing)
+
+
+def test_makespan_is_longest_first():
+    assert grid_cost.makespan([3.0, 5.0, 3.0, 4.0], 2) == 8.0  # 5+3 and 4+3
+    assert grid_cost.makespan([3.0, 5.0, 3.0, 4.0], 1) == 15.0
+    assert grid_cost.makespan([3.0, 5.0], 8) == 5.0
+
+
+def test_cli_prints_the_totals_and_refuses_bad_input(folders, tmp_path, capsys):
+    protocol, timing = folders
+    out = tmp_path / "cost.json"
+    assert grid_cost.main([str(protocol), str(timing), "--gpus", "1,2", "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "timed on: a pretended GPU; 2 groups priced" in text
+    assert "longest group: mixer=b, d=64, seed=0, 2 epochs" in text
+    assert "wall on 2 GPU(s), longest first: 0.01 h upper" in text  # max(20, 12.5) s
+    assert len(json.loads(out.read_text())["groups"]) == 2
+    assert grid_cost.main([str(protocol), str(timing), "--gpus", "0"]) == 2
+    assert grid_cost.main([str(protocol), str(tmp_path / "nothing")]) == 2
+    assert "no finished runs in" in capsys.readouterr().err
