@@ -80,3 +80,4 @@ def test_cli_prints_the_totals_and_refuses_bad_input(folders, tmp_path, capsys):
     assert grid_cost.main([str(protocol), str(timing), "--gpus", "0"]) == 2
     assert grid_cost.main([str(protocol), str(tmp_path / "nothing")]) == 2
     assert "no finished runs in" in capsys.readouterr().err
+

@@ -183,7 +183,8 @@ def main(argv: list[str] | None = None) -> int:
             for k in counts:
                 r = sweep_wall_seconds(args.sweep, only, args.epochs, k, cuda)
                 one = one or r["wall_s"]
-                rows.append([k, r["completed"], r["wall_s"], one / r["wall_s"], r["exit"]])
+                rows.append([k, r["completed"], r["wall_s"], one / r["wall_s"], r["groups_s"], r["outside_s"],
+                             r["exit"]])
                 print(f"  {k} device(s): {r['completed']} runs in {r['wall_s']:.1f} s", flush=True)
                 if r["exit"]:
                     print(f"zoo.sweep on {k} device(s) exited {r['exit']}:\n{r['error']}", flush=True)
@@ -191,7 +192,10 @@ def main(argv: list[str] | None = None) -> int:
             unit = "GPUs" if cuda else "CPU workers (no CUDA device: not a GPU measurement)"
             print(_table(f"sweep wall time over {unit}: {len(mixers)} mixers x N in {lengths}, d_model={ref_d}, "
                          f"the {len(lrs)} lrs as groups, {args.epochs} epochs, early stop off, python -m zoo.sweep",
-                         ["devices", "runs done", "wall s", "x one", "exit"], rows), flush=True)
+                         ["devices", "runs done", "wall s", "x one", "groups s", "outside s", "exit"], rows),
+                  flush=True)
+            print("(groups s: the groups' own seconds added up; outside s: the sweep's seconds before its first group "
+                  "and after its last, the same on any count)", flush=True)
 
     if "grid" in sections:
         proj = project_grid(spec, group_s, width_factor, startup_s=3.0, speedup=speedup)

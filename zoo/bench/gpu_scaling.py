@@ -6,6 +6,11 @@ Before the timed sweeps, the same slice trains one epoch on every GPU the sectio
 it fills Triton's and Inductor's on-disk caches, so that no GPU count pays the kernels' compilation and the first
 count timed is not the only one that does (which would flatter every count after it).
 
+Beside the wall time, each count's records say how the time was spent: ``groups_s``, the groups' own seconds (from
+the first member's start to the last member's end, added up over the groups), and ``outside_s``, the sweep's
+seconds before its first group started and after its last one ended (its start-up, the workers' start, the
+leaderboard): the same on any number of GPUs, so a slice whose groups are short shows little speedup.
+
 On a machine without CUDA, that many CPU workers stand in for the GPUs: a check that the section runs, not a
 measurement of anything a sweep on GPUs would see.
 """
@@ -15,19 +20,35 @@ import os
 import subprocess
 import sys
 import tempfile
+import json
 import time
 from pathlib import Path
 
 from zoo.devices import gpu_slots
-from zoo.results import run_states
+from zoo.results import final_records, run_states
+
+
+def time_spent(records: list[dict]) -> dict:
+    """``groups_s``: the seconds of each group (the runs whose settings differ only in lr), from its first run's
+    start to its last run's end, added up; ``span_s``: from the first start to the last end of all."""
+    groups: dict[str, list[dict]] = {}
+    for r in records:
+        key = json.dumps({k: v for k, v in r["settings"].items() if k != "train.lr"}, sort_keys=True, default=str)
+        groups.setdefault(key, []).append(r)
+    if not groups:
+        return {"groups_s": 0.0, "span_s": 0.0}
+    spans = [max(r["finished"] for r in g) - min(r["started"] for r in g) for g in groups.values()]
+    return {"groups_s": sum(spans),
+            "span_s": max(r["finished"] for r in records) - min(r["started"] for r in records)}
 
 
 def sweep_wall_seconds(sweep: str, only: list[str], epochs: int, devices: int, cuda: bool) -> dict:
     """Train the runs of ``sweep`` that ``only`` (``KEY=VALUE`` filters, as ``--only``) selects for ``epochs`` epochs
     with early stopping off, on the first ``devices`` GPUs (or CPU workers), into a fresh folder.
 
-    Returns the wall seconds of the ``zoo.sweep`` process (start-up and the leaderboard included) and how many runs
-    completed, or its exit code and the end of its output when it failed."""
+    Returns the wall seconds of the ``zoo.sweep`` process (start-up and the leaderboard included), how many runs
+    completed, the groups' seconds and the sweep's seconds outside them (see the module), or its exit code and the
+    end of its output when it failed."""
     env = dict(os.environ)
     placement = ["--runs-per-gpu", "1"] if cuda else ["--cpu-workers", str(devices)]
     if cuda:
@@ -42,7 +63,9 @@ def sweep_wall_seconds(sweep: str, only: list[str], epochs: int, devices: int, c
         proc = subprocess.run(command, env=env, capture_output=True, text=True)
         wall = time.perf_counter() - t0
         completed = sum(status == "completed" for status in run_states(out).values())
+        spent = time_spent(list(final_records(out).values()))
     return {"devices": devices, "wall_s": wall, "completed": completed, "exit": proc.returncode,
+            "groups_s": spent["groups_s"], "outside_s": wall - spent["span_s"],
             "error": "" if proc.returncode == 0 else (proc.stdout + proc.stderr)[-1000:]}
 
 
