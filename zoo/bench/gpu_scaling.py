@@ -16,11 +16,11 @@ measurement of anything a sweep on GPUs would see.
 """
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 import tempfile
-import json
 import time
 from pathlib import Path
 
