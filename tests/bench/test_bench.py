@@ -91,3 +91,25 @@ def test_unknown_section_is_refused(tiny_sweep, capsys):
 def test_profile_sorts_kernels_into_kinds_of_work(kernel, kind):
     from zoo.bench.profile import kind_of
     assert kind_of(kernel) == kind
+
+
+def test_the_gpus_section_warms_the_caches_before_it_times_any_count(tiny_sweep, monkeypatch, capsys):
+    """On GPUs, one untimed epoch on every GPU used comes first, then each count with the asked epochs."""
+    import torch
+
+    from zoo.bench import gpu_scaling
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "four pretended GPUs")
+    calls = []
+
+    def sweep(sweep_file, only, epochs, devices, cuda):
+        calls.append((epochs, devices, cuda))
+        return {"devices": devices, "wall_s": 10.0 / devices, "completed": 4, "exit": 0, "groups_s": 8.0,
+                "outside_s": 1.0, "error": ""}
+
+    monkeypatch.setattr(gpu_scaling, "sweep_wall_seconds", sweep)
+    assert bench.main(["--sweep", tiny_sweep, "--sections", "gpus", "--gpus", "2,4", "--epochs", "3"]) == 0
+    assert calls == [(1, 4, True), (3, 1, True), (3, 2, True), (3, 4, True)]
+    assert "warm-up (one epoch of the slice on 4 GPUs, untimed" in capsys.readouterr().out

@@ -176,9 +176,10 @@ def main(argv: list[str] | None = None) -> int:
         else:
             if set(args.gpus) - set(counts):
                 print(f"gpus section: {sorted(set(args.gpus) - set(counts))} left out, this machine has {available}")
-            warm = warm_caches(args.sweep, only, max(counts), cuda)
-            print(f"gpus section: warm-up (one epoch of the slice on {max(counts)} devices, untimed, fills the "
-                  f"kernel caches): {warm['wall_s']:.0f} s, exit {warm['exit']}", flush=True)
+            if cuda:  # on a CPU, Triton's interpreter compiles nothing: no cache to fill
+                warm = warm_caches(args.sweep, only, max(counts), cuda)
+                print(f"gpus section: warm-up (one epoch of the slice on {max(counts)} GPUs, untimed, fills the "
+                      f"kernel caches): {warm['wall_s']:.0f} s, exit {warm['exit']}", flush=True)
             rows, one = [], None
             for k in counts:
                 r = sweep_wall_seconds(args.sweep, only, args.epochs, k, cuda)
