@@ -24,7 +24,8 @@ def sweep_ids(sweep: str, out) -> set[str]:
 
 
 def test_every_sweep_results_folder_is_checked():
-    assert FOLDERS == ["mad_recall", "mqar", "mqar_normed", "mqar_timing", "s5_protocol", "state_tracking", "swa_window"]
+    assert FOLDERS == ["mad_recall", "mqar", "mqar_normed", "mqar_timing", "s5_protocol", "state_tracking",
+                       "swa_window"]
 
 
 @pytest.mark.parametrize("name", FOLDERS)

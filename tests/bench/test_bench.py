@@ -45,8 +45,8 @@ def test_every_section_runs(tiny_sweep, tmp_path, monkeypatch, capsys):
     assert all(row["error"] is None for row in numbers["steps"] if row["mixer"] in ("softmax", "swa"))
     # the gpus section's sweeps (CPU workers here): 1 and 2 devices, each all 4 runs (2 mixers x 2 lrs at d=16)
     assert [(row[0], row[1], row[6]) for row in numbers["gpus"]] == [(1, 4, 0), (2, 4, 0)]
-    for devices, _, wall, _, groups_s, outside_s, _ in numbers["gpus"]:
-        assert 0 < groups_s <= devices * wall and 0 < outside_s < wall  # the groups' seconds, and the sweep's around them
+    for devices, _, wall, _, groups_s, outside_s, _ in numbers["gpus"]:  # the groups' seconds, the sweep's around them
+        assert 0 < groups_s <= devices * wall and 0 < outside_s < wall
 
 
 def test_the_gpus_section_needs_two_gpus(tiny_sweep, monkeypatch, capsys):

@@ -22,9 +22,10 @@ def _folder(path, records):
 @pytest.fixture
 def folders(tmp_path):
     # the protocol: cell a's members stopped after 3 and 1 epochs, cell b's both after 2 (early stop on)
+    full = {"train.max_epochs": 64}
     protocol = _folder(tmp_path / "protocol", [
-        _record("a1", "a", 1e-3, 3, **{"train.max_epochs": 64}), _record("a2", "a", 1e-2, 1, **{"train.max_epochs": 64}),
-        _record("b1", "b", 1e-3, 2, **{"train.max_epochs": 64}), _record("b2", "b", 1e-2, 2, **{"train.max_epochs": 64})])
+        _record("a1", "a", 1e-3, 3, **full), _record("a2", "a", 1e-2, 1, **full),
+        _record("b1", "b", 1e-3, 2, **full), _record("b2", "b", 1e-2, 2, **full)])
     # the timing sweep: each cell 2 epochs; a: first epoch 5 s, then 2 s; 8 s of training in all (so 0.5 s of
     # evaluation an epoch) and 10 s of wall time (2 s of start-up); b twice as slow in every part
     timing = _folder(tmp_path / "timing", [
@@ -77,7 +78,9 @@ def test_cli_prints_the_totals_and_refuses_bad_input(folders, tmp_path, capsys):
     assert "longest group: mixer=b, d=64, seed=0, 2 epochs" in text
     assert "wall on 2 GPU(s), longest first: 0.01 h upper" in text  # max(20, 12.5) s
     assert len(json.loads(out.read_text())["groups"]) == 2
-    assert grid_cost.main([str(protocol), str(timing), "--gpus", "0"]) == 2
+    with pytest.raises(SystemExit) as exit_info:
+        grid_cost.main([str(protocol), str(timing), "--gpus", "0"])
+    assert exit_info.value.code == 2 and "--gpus: '0': expected a comma list of positive integers" in \
+        capsys.readouterr().err
     assert grid_cost.main([str(protocol), str(tmp_path / "nothing")]) == 2
     assert "no finished runs in" in capsys.readouterr().err
-

@@ -43,8 +43,8 @@ def test_parts_and_gradients_match_the_split_projection(bf16):
     for p, q in zip(got, want):
         torch.testing.assert_close(p, q, **({"rtol": 2 ** -7, "atol": 0} if bf16 else {}))
     assert gx.dtype == wx.dtype == gw.dtype == ww.dtype == torch.float32
-    # under autocast each weight gradient row is one bf16 matmul either way (to one bf16 rounding), and dx adds up the parts' bf16 products
-    # in bf16 (one rounding per part) where the reference rounds one product over all columns
+    # under autocast each weight gradient row is one bf16 matmul either way (to one bf16 rounding), and dx adds up
+    # the parts' bf16 products in bf16 (one rounding per part) where the reference rounds one product over all columns
     if bf16:
         torch.testing.assert_close(gw, ww, rtol=2 ** -7, atol=0)
         torch.testing.assert_close(gx, wx, rtol=0, atol=2 ** -6 * float(wx.abs().max()))

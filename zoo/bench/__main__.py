@@ -23,6 +23,7 @@ from pathlib import Path
 import torch
 from omegaconf import OmegaConf
 
+from zoo.bench import positive_counts
 from zoo.bench.throughput import (TIMING_LR, cell_config, concurrent_epoch_rate, project_grid, time_group, time_run,
                                   timing_config)
 
@@ -36,25 +37,14 @@ def _table(title: str, header: list[str], rows: list[list]) -> str:
     return "\n".join(lines)
 
 
-def _counts(text: str) -> list[int]:
-    """A comma list of positive integers (argparse type)."""
-    try:
-        counts = [int(x) for x in text.split(",")]
-    except ValueError:
-        counts = []
-    if not counts or min(counts) < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a comma list of positive integers, e.g. 1,2,4")
-    return counts
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m zoo.bench", description=__doc__.splitlines()[0])
     parser.add_argument("--sections", default=",".join(SECTIONS), help=f"comma list of {SECTIONS}")
     parser.add_argument("--sweep", default="sweeps/mqar.yaml", help="the sweep whose cells are timed")
     parser.add_argument("--zoology", help="path to a Zoology checkout (the zoology section is skipped without it)")
     parser.add_argument("--epochs", type=int, default=3, help="epochs per timing run (the first is warm-up)")
-    parser.add_argument("--runs", type=_counts, default="1,2,4,8", help="concurrent runs for the scaling section")
-    parser.add_argument("--gpus", type=_counts, default="1,2,4,8",
+    parser.add_argument("--runs", type=positive_counts, default="1,2,4,8", help="concurrent runs for the scaling section")
+    parser.add_argument("--gpus", type=positive_counts, default="1,2,4,8",
                         help="GPU counts of the gpus section, beside 1 (those above this machine's count are left out)")
     parser.add_argument("--lengths", help="comma list of N to time (default: every N of the sweep)")
     parser.add_argument("--mixers", help="comma list of mixers to time (default: the sweep's)")

@@ -16,7 +16,6 @@ measurement of anything a sweep on GPUs would see.
 """
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -24,6 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from zoo.bench.grid_cost import by_cell
 from zoo.devices import gpu_slots
 from zoo.results import final_records, run_states
 
@@ -31,12 +31,9 @@ from zoo.results import final_records, run_states
 def time_spent(records: list[dict]) -> dict:
     """``groups_s``: the seconds of each group (the runs whose settings differ only in lr), from its first run's
     start to its last run's end, added up; ``span_s``: from the first start to the last end of all."""
-    groups: dict[str, list[dict]] = {}
-    for r in records:
-        key = json.dumps({k: v for k, v in r["settings"].items() if k != "train.lr"}, sort_keys=True, default=str)
-        groups.setdefault(key, []).append(r)
-    if not groups:
+    if not records:
         return {"groups_s": 0.0, "span_s": 0.0}
+    groups = by_cell(records, sorted(set.intersection(*(set(r["settings"]) for r in records)) - {"train.lr"}))
     spans = [max(r["finished"] for r in g) - min(r["started"] for r in g) for g in groups.values()]
     return {"groups_s": sum(spans),
             "span_s": max(r["finished"] for r in records) - min(r["started"] for r in records)}

@@ -32,6 +32,7 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
+from zoo.bench import positive_counts
 from zoo.results import final_records
 
 # Keys that differ between the finished sweep and its timing sweep, or between the runs of one group.
@@ -41,7 +42,8 @@ NOT_CELL = {"train.lr", "train.max_epochs", "train.early_stop_accuracy", "train.
 NAMED = (("model.mixer", "mixer"), ("task.params.input_seq_len", "N"), ("model.d_model", "d"), ("seed", "seed"))
 
 
-def _cells(records: list[dict], keys: list[str]) -> dict[tuple, list[dict]]:
+def by_cell(records: list[dict], keys: list[str]) -> dict[tuple, list[dict]]:
+    """The records grouped by their values of the settings ``keys``."""
     cells: dict[tuple, list[dict]] = defaultdict(list)
     for r in records:
         cells[tuple((k, json.dumps(r["settings"][k], sort_keys=True)) for k in keys)].append(r)
@@ -84,9 +86,9 @@ def grid_cost(protocol: Path, timing: Path) -> dict:
     if not done or not timed:
         raise ValueError(f"no finished runs in {protocol if not done else timing}")
     keys = sorted(set.intersection(*(set(r["settings"]) for r in done + timed)) - NOT_CELL)
-    timings = {cell: cell_timing(rs) for cell, rs in _cells(timed, keys).items()}
+    timings = {cell: cell_timing(rs) for cell, rs in by_cell(timed, keys).items()}
     groups, missing = [], []
-    for cell, rs in _cells(done, keys).items():
+    for cell, rs in by_cell(done, keys).items():
         settings = dict(cell)
         name = ", ".join(f"{short}={json.loads(settings[k])}" for k, short in NAMED if k in settings)
         if cell not in timings:
@@ -103,16 +105,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m zoo.bench.grid_cost", description=__doc__.splitlines()[0])
     parser.add_argument("protocol", type=Path, help="a finished sweep's folder (its runs' epochs)")
     parser.add_argument("timing", type=Path, help="the same cells trained a few epochs, early stopping off")
-    parser.add_argument("--gpus", default="1,4,8", help="GPU counts to schedule the groups on")
+    parser.add_argument("--gpus", type=positive_counts, default="1,4,8", help="GPU counts to schedule the groups on")
     parser.add_argument("--json", type=Path, help="also write every group's numbers to this file")
     args = parser.parse_args(argv)
-    try:
-        gpus = [int(g) for g in args.gpus.split(",")]
-        if min(gpus) < 1:
-            raise ValueError
-    except ValueError:
-        print(f"--gpus={args.gpus!r}: expected a comma list of positive integers, e.g. 1,4", file=sys.stderr)
-        return 2
     try:
         cost = grid_cost(args.protocol, args.timing)
     except ValueError as e:
@@ -135,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     longest = max(groups, key=lambda g: g["upper_s"])
     print(f"longest group: {longest['cell']}, {longest['epochs']} epochs, {longest['upper_s'] / 60:.1f} min "
           f"(upper; {longest['lower_s'] / 60:.1f} lower): no number of GPUs finishes the grid sooner")
-    for k in gpus:
+    for k in args.gpus:
         print(f"wall on {k} GPU(s), longest first: {makespan(upper, k) / 3600:.2f} h upper, "
               f"{makespan(lower, k) / 3600:.2f} h lower")
     if args.json:
