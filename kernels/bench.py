@@ -12,14 +12,15 @@ chunked form, in bf16; Mamba's selective scan for every launch choice (channels 
 stages) next to mamba-ssm's ``selective_scan_fn`` where it imports, the depthwise causal short conv against
 PyTorch's grouped conv1d, Hyena's gated long conv fused around its FFTs against the unfused composition, and the
 training loss (cross-entropy over the vocabulary at the labelled rows) against PyTorch's and fla's fused one, the
-residual stream's LayerNorm and the residual add fused into it against PyTorch's, a biased projection (its
+residual stream's LayerNorm and the residual add fused into it against PyTorch's, causal softmax attention past the
+fused kernels' head dims (the dense form) against SDPA, a biased projection (its
 bias gradient a Triton column sum) against ``F.linear``, and the column sums' last step (``sum_rows`` of the
 per-program partial sums) against PyTorch's ``sum``, timed from a CUDA graph of many calls as in a training step.
 
     python -m zoo.kernels.bench --shapes 1,16,65536,64,512 256,2,512,64,256 --dtype bf16 --recurrences 128,128,2,64 \
         --rwkv7 256,256,2,64 128,512,2,64 --selective-scan 256,256,256,16 --short-conv 256,256,384,3 \
         --gated-long-conv 256,256,128 128,512,64 --cross-entropy 4096,8192 --layer-norm 65536,128 --linear 65536,128,384 \
-        --sum-rows 1,176,384 2,528,128 1,1024,1536
+        --softmax-attention 128,512,1,512 --sum-rows 1,176,384 2,528,128 1,1024,1536
 """
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ import torch
 import torch.nn.functional as F
 
 from zoo.kernels import delta_rule as delta_rule_op
+from zoo.kernels.attention import softmax_attention
 from zoo.kernels import rwkv7 as rwkv7_op
 from zoo.kernels.cross_entropy import cross_entropy
 from zoo.kernels.layer_norm import add_layer_norm, layer_norm
@@ -348,6 +350,19 @@ def layer_norm_rows(R, N):
     return rows
 
 
+def softmax_attention_rows(B, N, H, D, dropout_p=0.1):
+    """{name: (fwd ms, fwd+bwd ms)} of causal softmax attention over bf16 q, k, v [B, H, N, D], with attention
+    dropout ``dropout_p`` (the softmax mixer's in training) and without: SDPA (the kernel PyTorch picks) and zoo's
+    dense form."""
+    dev = "cuda"
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(B, H, N, D, device=dev, dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+    grad = torch.randn(B, H, N, D, device=dev, dtype=torch.bfloat16)
+    return {f"{name}, dropout {p}": timed_pair(lambda: softmax_attention(q, k, v, dropout_p=p, backend=name), grad,
+                                               (q, k, v))
+            for p in (dropout_p, 0.0) for name in ("sdpa", "dense")}
+
+
 def linear_rows(M, K, N):
     """{name: (fwd ms, fwd+bwd ms)} of a biased projection x [M, K] (float32) -> [M, N] under bf16 autocast: ours
     (the bias gradient a Triton column sum) and ``F.linear``."""
@@ -431,6 +446,9 @@ def main(argv: list[str] | None = None):
                         help="training loss shapes R,V (labelled rows, vocabulary)")
     parser.add_argument("--layer-norm", nargs="*", type=shape_of("R,N"), default=[(65536, 128)],
                         help="residual stream shapes R,N (rows, d_model) of the norms and the fused residual add")
+    parser.add_argument("--softmax-attention", nargs="*", type=shape_of("B,N,H,D"),
+                        default=[(128, 512, 1, 512), (256, 256, 1, 256)],
+                        help="causal softmax attention shapes B,N,H,D: SDPA against the dense form")
     parser.add_argument("--linear", nargs="*", type=shape_of("M,K,N"), default=[(65536, 128, 384)],
                         help="biased projection shapes M,K,N (rows, in, out)")
     parser.add_argument("--sum-rows", nargs="*", type=shape_of("G,P,N"),
@@ -482,6 +500,9 @@ def main(argv: list[str] | None = None):
     for R, N in filter(None, args.layer_norm):
         print(f"\nlayer norm of a float32 stream [{R}, {N}], bf16 autocast; residual add of a bf16 update")
         print_pairs(layer_norm_rows(R, N))
+    for B, N, H, D in filter(None, args.softmax_attention):
+        print(f"\ncausal softmax attention, B={B} N={N} H={H} D={D}, bf16")
+        print_pairs(softmax_attention_rows(B, N, H, D))
     for M, K, N in filter(None, args.linear):
         print(f"\nbiased projection [{M}, {K}] -> [{M}, {N}], bf16 autocast")
         print_pairs(linear_rows(M, K, N))

@@ -1,14 +1,17 @@
-"""A bias-free projection used as several parts, one matmul per part, each part its own contiguous tensor.
+"""Projections of one input as several parts, one matmul per part, each part its own contiguous tensor.
 
 Why: ``F.linear(x, w).split(sizes, -1)`` leaves every part a view with the whole output's row stride, and autograd
 concatenates the parts' gradients into one [M, N] tensor before the matmul gradients. Mamba-2's in_proj (z; x, B,
 C for the short conv; dt) is 772 columns wide at d_model=128: its conv input rows start 8-byte aligned at best, so
 the conv's Triton loads cannot be 16-byte vectors, and the gradients' concatenation took 0.146 s of a 3.23 s epoch
-of the figure-2 cell (H100 profile, ``results/SPEED.md``). Here each part is one matmul into its own [M, n] tensor;
-backward, dx accumulates the parts' matmuls in place (``addmm_``) and each part's weight gradient is written into its
-row block of one [N, K] tensor. Parts and weight gradients are the reference's bits; dx adds up the parts' products in
-its matmul dtype (under bf16 autocast one rounding per part, as autograd sums the gradients of a tensor used twice),
-where the reference rounds one product over all N columns.
+of the figure-2 cell (H100 profile, ``results/SPEED.md``). And where several layers read one input (GatedFWA's qkv,
+gate, temperature and output-gate projections of x), autocast casts x once per layer and autograd adds the layers'
+input gradients in x's dtype, a float32 pass per layer each way at MQAR N=512, d=512 (H100 profile, same file).
+
+Here x is cast once and each part is one matmul into its own [M, n] tensor; backward, dx accumulates the parts'
+products (bf16 inputs on CUDA: in float32 inside the matmuls, ``addmm`` with a float32 output, rounded once to x's
+dtype; elsewhere in the matmul dtype, one rounding per part, as autograd sums the gradients of a tensor used twice).
+Parts and weight gradients are the reference's bits.
 """
 from __future__ import annotations
 
@@ -18,33 +21,54 @@ import torch.nn.functional as F
 from zoo.kernels.autocast import matmul_dtype
 
 
-class _SplitLinear(torch.autograd.Function):
+class _LinearParts(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, weight, sizes, dtype):
-        xc, wc = (x, weight) if dtype is None else (x.to(dtype), weight.to(dtype))
-        ctx.save_for_backward(xc if ctx.needs_input_grad[1] else None, wc if ctx.needs_input_grad[0] else None)
-        ctx.sizes, ctx.dtypes, ctx.x_shape = sizes, (x.dtype, weight.dtype), x.shape
-        return tuple(F.linear(xc, w) for w in wc.split(sizes))
+    def forward(ctx, x, dtype, *weights_and_biases):
+        weights, biases = weights_and_biases[0::2], weights_and_biases[1::2]
+        xc = x if dtype is None else x.to(dtype)
+        wcs = [w if dtype is None else w.to(dtype) for w in weights]
+        bcs = [b if b is None or dtype is None else b.to(dtype) for b in biases]
+        any_weight_grad = any(ctx.needs_input_grad[2::2])
+        ctx.save_for_backward(xc if any_weight_grad else None, *(wcs if ctx.needs_input_grad[0] else ()))
+        ctx.dtypes = x.dtype, [w.dtype for w in weights], [None if b is None else b.dtype for b in biases]
+        ctx.x_shape = x.shape
+        return tuple(F.linear(xc, w, b) for w, b in zip(wcs, bcs))
 
     @staticmethod
     def backward(ctx, *grads):
-        xc, wc = ctx.saved_tensors
-        x_dtype, w_dtype = ctx.dtypes
+        xc, *wcs = ctx.saved_tensors
+        x_dtype, w_dtypes, b_dtypes = ctx.dtypes
         grads = [g.reshape(-1, g.shape[-1]) for g in grads]
-        dx = dw = None
+        dx = None
         if ctx.needs_input_grad[0]:
-            parts = wc.split(ctx.sizes)
-            dx = grads[0] @ parts[0]
-            for g, w in zip(grads[1:], parts[1:]):
-                dx.addmm_(g, w)
+            wide = grads[0].is_cuda and grads[0].dtype in (torch.bfloat16, torch.float16)
+            if wide:  # float32 sums inside the matmuls: no rounding per part, no add kernels
+                dx = torch.mm(grads[0], wcs[0], out_dtype=torch.float32)
+                for g, w in zip(grads[1:], wcs[1:]):
+                    torch.addmm(dx, g, w, out_dtype=torch.float32, out=dx)  # in place: no copy of dx first
+            else:
+                dx = grads[0] @ wcs[0]
+                for g, w in zip(grads[1:], wcs[1:]):
+                    dx.addmm_(g, w)
             dx = dx.view(ctx.x_shape).to(x_dtype)
-        if ctx.needs_input_grad[1]:
-            x2 = xc.reshape(-1, xc.shape[-1])
-            dw = torch.empty(sum(ctx.sizes), x2.shape[1], dtype=x2.dtype, device=x2.device)
-            for g, rows in zip(grads, dw.split(ctx.sizes)):
-                torch.mm(g.t(), x2, out=rows)
-            dw = dw.to(w_dtype)
-        return dx, dw, None, None
+        param_grads = []
+        x2 = None if xc is None else xc.reshape(-1, xc.shape[-1])
+        for i, g in enumerate(grads):
+            dw = (g.t() @ x2).to(w_dtypes[i]) if ctx.needs_input_grad[2 + 2 * i] else None
+            db = g.sum(0, dtype=torch.float32).to(b_dtypes[i]) if ctx.needs_input_grad[3 + 2 * i] else None
+            param_grads += [dw, db]
+        return dx, None, *param_grads
+
+
+def linear_parts(x: torch.Tensor, weights, biases=None) -> tuple[torch.Tensor, ...]:
+    """``F.linear(x, w_i, b_i)`` for every weight [n_i, K] (and bias [n_i] or None) of ``weights`` (``biases``) ->
+    a contiguous [..., n_i] tensor per part, x cast once; values and dtypes as ``F.linear``'s (autocast too)."""
+    biases = [None] * len(weights) if biases is None else list(biases)
+    if len(biases) != len(weights) or not weights:
+        raise ValueError(f"linear_parts: {len(weights)} weights and {len(biases)} biases: expected one bias (or None) "
+                         "per weight, at least one weight")
+    pairs = [t for pair in zip(weights, biases) for t in pair]
+    return _LinearParts.apply(x, matmul_dtype(x), *pairs)
 
 
 def split_linear(x: torch.Tensor, weight: torch.Tensor, sizes: list[int]) -> tuple[torch.Tensor, ...]:
@@ -52,4 +76,4 @@ def split_linear(x: torch.Tensor, weight: torch.Tensor, sizes: list[int]) -> tup
     tensor per part: ``F.linear(x, weight).split(sizes, -1)``'s values, dtypes as ``F.linear``'s (autocast too)."""
     if sum(sizes) != weight.shape[0]:
         raise ValueError(f"split_linear: sizes {list(sizes)} do not add up to the weight's {weight.shape[0]} rows")
-    return _SplitLinear.apply(x, weight, tuple(sizes), matmul_dtype(x))
+    return linear_parts(x, weight.split(list(sizes)))

@@ -113,3 +113,23 @@ def test_the_gpus_section_warms_the_caches_before_it_times_any_count(tiny_sweep,
     assert bench.main(["--sweep", tiny_sweep, "--sections", "gpus", "--gpus", "2,4", "--epochs", "3"]) == 0
     assert calls == [(1, 4, True), (3, 1, True), (3, 2, True), (3, 4, True)]
     assert "warm-up (one epoch of the slice on 4 GPUs, untimed" in capsys.readouterr().out
+
+
+def test_profile_takes_any_grid_cell_as_a_group_of_the_sweeps_learning_rates():
+    import argparse
+
+    from zoo.bench.profile import cell_arg, cell_configs
+    cfgs = cell_configs("softmax", (512, 512), group=4, examples=1280)
+    assert [c.train.lr for c in cfgs] == [1.0e-4, 4.6416e-4, 2.1544e-3, 1.0e-2]
+    for c in cfgs:
+        assert (c.task.params.input_seq_len, c.task.params.num_kv_pairs, c.model.d_model, c.train.batch_size) == \
+            (512, 64, 512, 128)
+        assert c.task.train[0].num_examples == 1280 and c.model.mixer_kwargs == {"num_heads": 1}
+    (figure2,) = cell_configs("mamba")
+    assert (figure2.task.params.input_seq_len, figure2.model.d_model, figure2.task.train[0].num_examples) == \
+        (256, 128, 100000)
+    assert cell_arg("512,64") == (512, 64)
+    with pytest.raises(argparse.ArgumentTypeError, match="not N,d_model"):
+        cell_arg("512")
+    with pytest.raises(SystemExit, match="N=100 is not a length"):
+        cell_configs("softmax", (100, 64))

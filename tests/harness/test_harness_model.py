@@ -90,7 +90,7 @@ def test_norms_write_what_their_matmul_reads_and_the_final_norm_only_labelled_ro
     torch.manual_seed(0)
     model = LanguageModel(40, 32, n_layers=2, mixer=mixer, max_seq_len=16, state_mixer=state_mixer)
     assert model.norm.to_matmul and model.blocks[0].norm2.to_matmul == (state_mixer == "mlp")
-    assert model.blocks[0].norm1.to_matmul == (mixer != "gatedfwa")  # GatedFWA's gates read the norm's output too
+    assert model.blocks[0].norm1.to_matmul  # GatedFWA's gates too: all its projections of x are one linear_parts
     plain = copy.deepcopy(model)  # PyTorch's norms, each residual add apart, every row normalized
     for parent in [plain, *plain.blocks]:
         for name, norm in list(parent.named_children()):
@@ -110,25 +110,29 @@ def test_norms_write_what_their_matmul_reads_and_the_final_norm_only_labelled_ro
 
 
 @pytest.fixture
-def queries(monkeypatch) -> list[int]:
-    """The number of query rows (q's L) of every ``MultiHeadMixer.attend_at`` call, in order."""
+def picked(monkeypatch) -> list[int]:
+    """The number of keys L of every attention from the labelled rows alone, in order (``MultiHeadMixer.visible_at``
+    builds each one's mask: softmax's and swa's ``attend_at``, GatedFWA's picked forward)."""
     calls = []
-    attend_at = MultiHeadMixer.attend_at
-    monkeypatch.setattr(MultiHeadMixer, "attend_at", lambda self, q, *a: calls.append(q.shape[1]) or
-                        attend_at(self, q, *a))
+    visible_at = MultiHeadMixer.visible_at
+    monkeypatch.setattr(MultiHeadMixer, "visible_at", lambda self, positions, keys: calls.append(keys) or
+                        visible_at(self, positions, keys))
     return calls
 
 
 @pytest.mark.parametrize("mixer, kwargs, picks", [
     ("softmax", {}, True), ("softmax", {"positions": "rope", "state_mixer": "mlp"}, True),
     ("softmax", {"state_mixer": "normed"}, True),
-    ("swa", {"mixer_kwargs": {"window": 5}}, True), ("gatedfwa", {}, False), ("hyena", {}, False),
+    ("swa", {"mixer_kwargs": {"window": 5}}, True), ("gatedfwa", {"mixer_kwargs": {"window": 5}}, True),
+    ("gatedfwa", {"mixer_kwargs": {"variant": "released", "k_shift": True, "v_shift": True}, "positions": "rope"},
+     True), ("gatedfwa", {"mixer_kwargs": {"decay": False, "output_gate": False}}, True), ("hyena", {}, False),
     ("based", {"layers": [{}, {"mixer": "swa", "mixer_kwargs": {"window": 5}}]}, True),  # BASED's hybrid, swa last
     ("swa", {"layers": [{}, {"mixer": "hyena"}], "state_mixer": "mlp"}, False)])
-def test_last_block_computes_its_outputs_at_the_labelled_rows_alone(queries, mixer, kwargs, picks):
+def test_last_block_computes_its_outputs_at_the_labelled_rows_alone(picked, mixer, kwargs, picks):
     """The model's outputs at K <= L / 4 labelled rows, and every parameter's gradient, are those of the full forward
     at those rows (float64, no dropout); attention mixers attend from those K queries alone in their last block
-    (``attend_at``), at more rows from every query, and the others compute every row and pick."""
+    (GatedFWA with its decay as a logit bias), at more rows from every query, and the others compute every row and
+    pick."""
     torch.manual_seed(0)
     model = LanguageModel(40, 32, n_layers=2, mixer=mixer, max_seq_len=32, dropout=0.0, **kwargs).double()
     ids = torch.randint(0, 40, (3, 32))
@@ -139,10 +143,9 @@ def test_last_block_computes_its_outputs_at_the_labelled_rows_alone(queries, mix
     assert len(got) == len(want) > 1
     for a, b in zip(got, want):
         torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-12)
-    # GatedFWA's gates have no picked form yet; a last layer without one computes every row, then picks
-    assert queries == ([32] if picks else [])  # one call, the last block's, with every query's projection
+    assert picked == ([32] if picks else [])  # one call, the last block's, over all 32 keys
     model(ids, torch.zeros(3, 9, dtype=torch.long))  # 9 rows of 32: more than a quarter
-    assert len(queries) == picks
+    assert len(picked) == picks
 
 
 def test_attention_dropout_applies_to_the_labelled_rows_queries():
@@ -155,18 +158,24 @@ def test_attention_dropout_applies_to_the_labelled_rows_queries():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("mixer", ["softmax", "swa"])
-def test_gpu_last_block_at_the_labelled_rows_follows_the_full_forward(queries, mixer):
+@pytest.mark.parametrize("mixer, d_model, kwargs", [("softmax", 128, {}), ("swa", 128, {}), ("gatedfwa", 128, {}),
+                                                    ("softmax", 512, {"num_heads": 1})])
+def test_gpu_last_block_at_the_labelled_rows_follows_the_full_forward(picked, mixer, d_model, kwargs):
     """On a GPU under bf16 autocast (training's path: SDPA's masked attention from 16 of 256 queries, the full forward's
-    cuDNN or Triton attention), to bf16's rounding: logits and every parameter's gradient."""
+    cuDNN or Triton attention; zoo's dense attention at one head of 512, and for GatedFWA's labelled rows with their
+    decay bias), to bf16's rounding: logits and every parameter's gradient."""
     torch.manual_seed(0)
-    model = LanguageModel(512, 128, n_layers=2, mixer=mixer, max_seq_len=256, dropout=0.0).cuda()
+    model = LanguageModel(512, d_model, n_layers=2, mixer=mixer, mixer_kwargs=kwargs, max_seq_len=256,
+                          dropout=0.0).cuda()
     ids = torch.randint(0, 512, (8, 256), device="cuda")
     positions = torch.sort(torch.rand(8, 256, device="cuda").argsort(1)[:, :16], 1).values
+    backend.clear()
     with torch.autocast("cuda", dtype=torch.bfloat16):
         got = logits_and_grads(model, lambda m, i, p: m(i, p), ids, positions, False)
+        dense = d_model == 512 or mixer == "gatedfwa"
+        assert backend.last_backend("attention") == ("dense" if dense else "sdpa")  # the picked rows' call
         want = logits_and_grads(model, lambda m, i, p: rows_at(m(i), p), ids, positions, False)
-    assert queries == [256]
+    assert picked == [256]
     for a, b in zip(got, want):
         scale = b.float().abs().max().item()
         torch.testing.assert_close(a.float(), b.float(), rtol=0, atol=2e-2 * scale)

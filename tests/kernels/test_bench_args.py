@@ -12,6 +12,8 @@ from zoo.kernels.bench import main
                                                 (["--rwkv7", "256,256,2"], "--rwkv7", "B,T,H,K"),
                                                 (["--layer-norm", "65536"], "--layer-norm", "R,N"),
                                                 (["--linear", "65536,128"], "--linear", "M,K,N"),
+                                                (["--softmax-attention", "128,512,1"], "--softmax-attention",
+                                                 "B,N,H,D"),
                                                 (["--sum-rows", "176,384"], "--sum-rows", "G,P,N")])
 def test_a_malformed_shape_exits_2_naming_the_option(argv, option, form, capsys):
     with pytest.raises(SystemExit) as exit_:

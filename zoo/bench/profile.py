@@ -1,8 +1,11 @@
 """How busy is the GPU during training? ``python -m zoo.bench.profile [--mixers softmax gatedfwa] [--graphs on|off|both]``.
 
-Trains one epoch of the figure-2 MQAR cell (N=256, kv=16, d_model=128, batch 256, 100k examples) with
-the real training path (``zoo.run.train``) under ``torch.profiler``, after a warm-up run of the same
-config (Triton compilation, cuBLAS heuristics, graph capture). Reports the wall time of the profiled
+Trains one epoch of the figure-2 MQAR cell (N=256, kv=16, d_model=128, batch 256, 100k examples), or of any
+cell of the grid (``--cell N,d_model``: the sweep's kv pairs and batch at that N, its mixer_kwargs), one run
+or a group of the sweep's learning rates (``--group 4``), with the real training path (``zoo.run.train_group``)
+under ``torch.profiler``, after a warm-up run of the same config (Triton compilation, cuBLAS heuristics, graph
+capture). ``--examples`` shortens the epoch; the grid's large cells need a few thousand steps' worth of
+seconds otherwise. Reports the wall time of the profiled
 run, the time the GPU spent running kernels (the union of their intervals, so overlapping kernels
 count once), their ratio (the GPU-busy fraction), kernels per training step and the top kernels.
 """
@@ -16,7 +19,10 @@ from pathlib import Path
 
 import torch
 
-from zoo.bench.throughput import figure2_config, timing_config
+from omegaconf import OmegaConf
+
+from zoo.bench.throughput import cell_config, figure2_config, timing_config
+from zoo.config import make_run_config
 
 
 def busy_seconds(intervals: list[tuple[float, float]]) -> float:
@@ -58,18 +64,45 @@ def short_name(kernel: str, width: int = 170) -> str:
     return re.sub(r"void |at::native::|\(anonymous namespace\)::|std::", "", kernel)[:width]
 
 
-def profile_run(mixer: str, graphs: bool, epochs: int = 1, top: int = 8) -> dict:
+def cell_configs(mixer: str, cell: tuple[int, int] | None = None, group: int = 1, examples: int | None = None,
+                 sweep: str | Path = "sweeps/mqar.yaml") -> list:
+    """The run configs one profile trains: the figure-2 cell (``cell`` None) or the sweep's cell at
+    ``cell = (N, d_model)``; one run at the timing lr, or the sweep's first ``group`` learning rates;
+    ``examples`` training examples if given."""
+    if cell is None and group == 1:
+        cfgs = [figure2_config(mixer)]
+    else:
+        spec = OmegaConf.load(sweep)
+        n, d = cell or (256, 128)
+        shapes = [dict(s) for s in spec.grid["shape"] if s["task.params.input_seq_len"] == n]
+        if not shapes:
+            raise SystemExit(f"error: --cell: N={n} is not a length of {sweep}")
+        lrs = list(spec.grid["train.lr"])[:group] if group > 1 else [None]
+        cfgs = [cell_config(mixer, shapes[0], d, **({"lr": lr} if lr else {}), sweep=sweep) for lr in lrs]
+    if examples is None:
+        return cfgs
+    shortened = []
+    for cfg in cfgs:
+        raw = OmegaConf.to_container(cfg)
+        raw["task"]["train"][0]["num_examples"] = examples
+        shortened.append(make_run_config(raw))
+    return shortened
+
+
+def profile_run(mixer: str, graphs: bool, epochs: int = 1, top: int = 8, cell: tuple[int, int] | None = None,
+                group: int = 1, examples: int | None = None) -> dict:
     from torch.profiler import ProfilerActivity, profile
 
-    from zoo.run import train
+    from zoo.run import train_group
 
-    cfg = timing_config(figure2_config(mixer), epochs, cuda_graphs=graphs)
+    cfgs = [timing_config(c, epochs, cuda_graphs=graphs) for c in cell_configs(mixer, cell, group, examples)]
+    cfg = cfgs[0]
     with tempfile.TemporaryDirectory() as tmp:
-        train(cfg, Path(tmp) / "warm", quiet=True)
+        train_group(cfgs, [Path(tmp) / f"warm{i}" for i in range(len(cfgs))], quiet=True)
         torch.cuda.synchronize()
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
             t0 = time.perf_counter()
-            record = train(cfg, Path(tmp) / "run", quiet=True)
+            record = train_group(cfgs, [Path(tmp) / f"run{i}" for i in range(len(cfgs))], quiet=True)[0]
             torch.cuda.synchronize()
             wall = time.perf_counter() - t0
     kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
@@ -93,21 +126,37 @@ def profile_run(mixer: str, graphs: bool, epochs: int = 1, top: int = 8) -> dict
             "kinds": sorted(by_kind.items(), key=lambda kv: -kv[1])}
 
 
+def cell_arg(text: str) -> tuple[int, int]:
+    """argparse type of ``--cell``: ``N,d_model``, two positive integers."""
+    parts = text.split(",")
+    if len(parts) != 2 or not all(p.strip().isdigit() and int(p) > 0 for p in parts):
+        raise argparse.ArgumentTypeError(f"{text!r} is not N,d_model (two positive integers, e.g. 512,512)")
+    return int(parts[0]), int(parts[1])
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m zoo.bench.profile", description=__doc__.splitlines()[0])
     parser.add_argument("--mixers", nargs="+", default=["softmax"])
     parser.add_argument("--graphs", choices=("on", "off", "both"), default="both")
     parser.add_argument("--top", type=int, default=8, help="how many kernels to list, by total time")
+    parser.add_argument("--cell", type=cell_arg, help="N,d_model: a cell of sweeps/mqar.yaml (default: figure 2's)")
+    parser.add_argument("--group", type=int, choices=(1, 2, 3, 4), default=1,
+                        help="train the sweep's first K learning rates as one group")
+    parser.add_argument("--examples", type=int, help="training examples an epoch (default: the sweep's 100000)")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("error: --device cuda is required: the profile reads GPU kernel times")
         return 2
-    print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}; one epoch of MQAR N=256 kv=16 "
-          "d=128 batch 256 (391 steps + validation), after a warm-up run")
+    cfg = cell_configs(args.mixers[0], args.cell, args.group, args.examples)[0]
+    t = cfg.task
+    steps = -(-t.train[0].num_examples // cfg.train.batch_size)
+    print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}; one epoch of MQAR "
+          f"N={t.params.input_seq_len} kv={t.params.num_kv_pairs} d={cfg.model.d_model} batch {cfg.train.batch_size} "
+          f"({steps} steps + validation), {args.group} lr(s) as one group, after a warm-up run")
     modes = {"on": [True], "off": [False], "both": [False, True]}[args.graphs]
     for mixer in args.mixers:
         for graphs in modes:
-            r = profile_run(mixer, graphs, top=args.top)
+            r = profile_run(mixer, graphs, top=args.top, cell=args.cell, group=args.group, examples=args.examples)
             print(f"{mixer:<9} graphs={'on ' if graphs else 'off'} wall {r['wall_s']:.3f} s (epoch {r['epoch_s']:.3f} s)"
                   f"  GPU busy {r['gpu_busy_s']:.3f} s = {100 * r['busy_fraction']:.0f}%"
                   f"  kernels/step {r['kernels_per_step']:.0f}  [{r['status']}]", flush=True)

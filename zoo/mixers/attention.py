@@ -8,9 +8,9 @@ bias=True, window=b + 1`` is ``zoology.mixers.slide_attn.SlidingAttn(block_size=
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
+from zoo.kernels.attention import softmax_attention
 from zoo.kernels.gatedfwa import gated_window_attention
 from zoo.kernels.linear import Linear
 from zoo.kernels.rows import rows_at
@@ -69,22 +69,27 @@ class MultiHeadMixer(nn.Module):
         raise NotImplementedError
 
     def attend_at(self, q, k, v, positions):
-        """The queries at ``positions`` (B, K) alone: o (B, K, H, D/H) from q, k, v (B, L, H, D/H), through SDPA
-        with the mask ``visible`` gives (at MQAR's K = L / 16, a sixteenth of the causal attention's work).
+        """The queries at ``positions`` (B, K) alone: o (B, K, H, D/H) from q, k, v (B, L, H, D/H), through
+        ``zoo.kernels.attention.softmax_attention`` with the mask ``visible`` gives (at MQAR's K = L / 16, a
+        sixteenth of the causal attention's work).
 
-        SDPA picks its kernel (cuDNN's masked one on an H100). Its math form, tried for so few queries, made softmax
+        Up to head dim 256 SDPA picks its kernel (cuDNN's masked one on an H100). Its math form, tried for so few queries, made softmax
         slower, not faster (two H100s of one session, B=256, L=256, K=16): a training step 1.94 against 1.46 ms (two
         heads of 64), the figure-2 epoch 0.675 against 0.549 s (one head of 128)."""
-        q = rows_at(q, positions)
-        mask = self.visible(positions[:, None, :, None], torch.arange(k.shape[1], device=q.device))  # (B, 1, K, L)
-        o = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_mask=mask,
-                                           dropout_p=self.attention_dropout if self.training else 0.0)
+        q, mask = rows_at(q, positions), self.visible_at(positions, k.shape[1])
+        o = softmax_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), mask,
+                              dropout_p=self.attention_dropout if self.training else 0.0)
         return o.transpose(1, 2)
+
+    def visible_at(self, positions: torch.Tensor, keys: int) -> torch.Tensor:
+        """(B, 1, K, keys) bool: whether the query at each of ``positions`` (B, K) sees each key (``visible``)."""
+        return self.visible(positions[:, None, :, None], torch.arange(keys, device=positions.device))
 
 
 @register_mixer("softmax")
 class SoftmaxAttention(MultiHeadMixer):
-    """Causal multi-head softmax attention through ``F.scaled_dot_product_attention``.
+    """Causal multi-head softmax attention through ``zoo.kernels.attention.softmax_attention``: SDPA, or past head
+    dim 256 on a GPU the score matrix in memory (the same function, faster there than SDPA's memory-efficient kernel).
 
     Args:
         dropout: dropout on the attention probabilities while training (the model's ``model.dropout``,
@@ -99,8 +104,8 @@ class SoftmaxAttention(MultiHeadMixer):
         self.attention_dropout = dropout
 
     def attend(self, q, k, v, x):
-        o = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True,
-                                           dropout_p=self.attention_dropout if self.training else 0.0)
+        o = softmax_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                              dropout_p=self.attention_dropout if self.training else 0.0)
         return o.transpose(1, 2)
 
     def visible(self, query, key):

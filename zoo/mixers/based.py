@@ -14,6 +14,7 @@ from torch import nn
 
 from zoo.kernels.based import based_attention
 from zoo.kernels.linear import Linear
+from zoo.kernels.linear.split import linear_parts
 from zoo.errors import ConfigError
 from zoo.mixers.short_conv import ShortConv
 from zoo.mixers.registry import register_mixer
@@ -47,10 +48,10 @@ class TaylorLinearAttention(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, L, D = x.shape
-        q = self.q_proj(x).view(B, L, self.h, self.f)
-        k = self.k_proj(x).view(B, L, self.h, self.f)
-        v = self.v_proj(x).view(B, L, self.h, D // self.h)
-        o = based_attention(q, k, v)
+        # x cast once for the three projections, its gradient summed inside their matmuls
+        q, k, v = linear_parts(x, [self.q_proj.weight, self.k_proj.weight, self.v_proj.weight])
+        o = based_attention(q.view(B, L, self.h, self.f), k.view(B, L, self.h, self.f),
+                            v.view(B, L, self.h, D // self.h))
         return self.o_proj(o.reshape(B, L, D))
 
     def state_numel(self) -> int:
@@ -84,6 +85,8 @@ class Based(nn.Module):
             self.inner = BaseConv(d_model, conv_kernel)
         else:
             self.inner = TaylorLinearAttention(d_model, feature_dim, num_heads)
+        # the linear attention's x reaches its projections alone: the norm before it may write autocast's dtype
+        self.input_feeds_one_matmul = layer_idx % 2 == 1
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.inner(x)

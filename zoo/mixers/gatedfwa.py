@@ -40,12 +40,16 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from zoo.kernels.attention import softmax_attention
 from zoo.kernels.gatedfwa import gate_cumsum, gated_window_attention
 from zoo.kernels.layer_norm import RMSNorm
 from zoo.kernels.linear import Linear
+from zoo.kernels.linear.split import linear_parts
+from zoo.kernels.rows import rows_at
 from zoo.errors import ConfigError
 from zoo.mixers.attention import SlidingWindowAttention
 from zoo.mixers.registry import register_mixer
+from zoo.rope import apply_rope
 
 QK_NORMS = ("gain", "plain", "none")
 VARIANTS = {
@@ -58,16 +62,17 @@ class TokenShift(nn.Module):
     """The released layer's token shift of one projection: y_t = a_t y_t + (1 - a_t) y_{t-1}, y_{-1} = 0.
 
     Args:
-        d_model: input width D; ``a = sigmoid(x W_a)`` has one weight per head.
-    Shapes: x (B, L, D), y (B, L, H, d) -> (B, L, H, d).
+        d_model: input width D; ``a = sigmoid(x W_a)`` has one weight per head (``proj``, applied by the layer
+            with its other projections of x).
+    Shapes: logits x W_a (B, L, H), y (B, L, H, d) -> (B, L, H, d).
     """
 
     def __init__(self, d_model: int, num_heads: int):
         super().__init__()
         self.proj = nn.Linear(d_model, num_heads, bias=False)
 
-    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        a = torch.sigmoid(self.proj(x).float())[..., None]
+    def forward(self, logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        a = torch.sigmoid(logits.float())[..., None]
         prev = F.pad(y, (0, 0, 0, 0, 1, 0))[:, :-1]
         return (a * y + (1 - a) * prev).to(y.dtype)
 
@@ -86,9 +91,6 @@ class GatedFWA(SlidingWindowAttention):
         k_shift, v_shift: the released layer's token shift of keys / values.
         qk_gain_init: starting value of the QK-norm gains (qk_norm="gain"); 1 as published.
     """
-
-    input_feeds_one_matmul = False  # attend reads x too (gate, output gate): its gradients must add in float32
-    outputs_at_positions = False  # the gate and the output gate need their own picked forms: not written yet
 
     def __init__(self, d_model: int, layer_idx: int = 0, max_seq_len: int = 2048, num_heads: int = 2,
                  bias: bool = False, positions: str = "learned", window: int | None = None,
@@ -126,30 +128,49 @@ class GatedFWA(SlidingWindowAttention):
         else:
             self.out_gate = None
 
-    def project(self, x):
-        q, k, v = super().project(x)
-        if self.k_shift is not None:
-            k = self.k_shift(x, k)
-        if self.v_shift is not None:
-            v = self.v_shift(x, v)
-        return q, k, v
-
     @staticmethod
     def _make_qk_norm(kind: str, head_dim: int) -> nn.Module:
         if kind == "none":
             return nn.Identity()
         return RMSNorm(head_dim, elementwise_affine=kind == "gain")
 
-    def attend(self, q, k, v, x):
-        u = None
+    def forward(self, x: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+        """x (B, L, D) -> (B, L, D), or with ``positions`` (B, K) the outputs at those rows alone, (B, K, D) (the
+        model's last block): those K queries attend through ``softmax_attention`` with the window as a mask and the
+        decay u_i - u_j as a logit bias; the output gate and the output projection run on K rows.
+
+        Every projection of x (q, k, v; the gate and its temperature; the output gate; the token shifts' mixes) is
+        one ``linear_parts`` call: x cast once, its gradient summed inside the matmuls."""
+        B, L, _ = x.shape
+        layers = [(self.qkv.weight, self.qkv.bias)]
         if self.decay:
-            beta = 1 + F.elu(x @ self.beta_proj)
-            u = gate_cumsum(self.gate(x) + self.gate_bias, beta, eps=self.eps)
-        q, k = self.q_norm(q), self.k_norm(k)
-        o = gated_window_attention(q, k, v, u, self.window)
-        if self.out_gate is None:
-            return o
-        return self.o_norm(o, self.out_gate(x).view_as(o))  # RMSNorm_head(o) * silu(x W_z), one fused call
+            layers += [(self.gate.weight, None), (self.beta_proj.t(), None)]
+        if self.out_gate is not None:
+            layers.append((self.out_gate.weight, self.out_gate.bias))
+        layers += [(shift.proj.weight, None) for shift in (self.k_shift, self.v_shift) if shift is not None]
+        parts = iter(linear_parts(x, *zip(*layers)))
+        q, k, v = next(parts).view(B, L, 3, self.num_heads, self.head_dim).unbind(2)
+        h, beta = (next(parts), next(parts)) if self.decay else (None, None)
+        z = next(parts) if self.out_gate is not None else None
+        if self.k_shift is not None:
+            k = self.k_shift(next(parts), k)
+        if self.v_shift is not None:
+            v = self.v_shift(next(parts), v)
+        if self.rope:
+            q, k = apply_rope(q), apply_rope(k)
+        u = gate_cumsum(h + self.gate_bias, 1 + F.elu(beta), eps=self.eps) if self.decay else None
+        if positions is None:
+            q, k = self.q_norm(q), self.k_norm(k)
+            o = gated_window_attention(q, k, v, u, self.window)
+        else:
+            q, k, z = self.q_norm(rows_at(q, positions)), self.k_norm(k), z if z is None else rows_at(z, positions)
+            bias = None if u is None else \
+                (rows_at(u, positions).transpose(1, 2)[..., :, None] - u.transpose(1, 2)[..., None, :])  # (B, H, K, L)
+            o = softmax_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                  self.visible_at(positions, L), bias).transpose(1, 2)
+        if z is not None:
+            o = self.o_norm(o, z.view_as(o))  # RMSNorm_head(o) * silu(x W_z), one fused call
+        return self.out_proj(o.flatten(2))
 
     def state_size(self, seq_len: int) -> int:
         """Values kept after ``seq_len`` tokens: keys, values and one decay prefix u_j per head for the
