@@ -29,44 +29,70 @@ def _float(x: torch.Tensor) -> torch.dtype:
     return torch.promote_types(x.dtype, torch.float32)
 
 
+def _per_head(t: torch.Tensor, shape: tuple[int, int, int, int]) -> list[torch.Tensor]:
+    """A tensor broadcastable to (B, H, M, N) -> each head's (B, M, N) view."""
+    full = t.expand(shape)
+    return [full[:, h] for h in range(shape[1])]
+
+
+def _heads_to(parts: list[torch.Tensor]) -> torch.Tensor:
+    """Each head's (B, M, D) -> (B, H, M, D), a view of a (B, M, H, D) tensor: the mixers' layout, which their
+    projections read and their gradients' concatenation writes without a transpose."""
+    return (parts[0].unsqueeze(2) if len(parts) == 1 else torch.stack(parts, dim=2)).transpose(1, 2)
+
+
 class _DenseAttention(torch.autograd.Function):
+    """Head by head: each head's q, k, v (B, M, D) slices are strided matrices cuBLAS reads where they lie (a
+    reshape to (B * H, M, D) would copy them from the mixers' (B, M, H, D) layout)."""
+
     @staticmethod
     def forward(ctx, q, k, v, mask, bias, dropout_p: float, scale: float):
         B, H, M, D = q.shape
         N = k.shape[2]
-        q3, k3, v3 = q.reshape(B * H, M, D), k.reshape(B * H, N, D), v.reshape(B * H, N, D)
-        logits = _matmul(q3, k3.transpose(1, 2), _float(q), scale).view(B, H, M, N)
-        if bias is not None:
-            logits += bias
-        p = torch.softmax(logits.masked_fill_(~mask, float("-inf")), dim=-1)
-        if dropout_p > 0:
-            p_drop, keep = torch.native_dropout(p, dropout_p, True)
-        else:
-            p_drop, keep = p, None
-        p_drop = p_drop.to(v.dtype).view(B * H, M, N)
-        o = _matmul(p_drop, v3, v.dtype)
-        ctx.save_for_backward(q3, k3, v3, p, keep, p_drop)
-        ctx.shape, ctx.dropout_p, ctx.scale = (B, H, M, N, D), dropout_p, scale
+        shape = (B, H, M, N)
+        hidden = _per_head(~mask, shape)
+        biases = _per_head(bias, shape) if bias is not None else [None] * H
+        ps, keeps, drops, outs = [], [], [], []
+        for h in range(H):
+            logits = _matmul(q[:, h], k[:, h].transpose(1, 2), _float(q), scale)
+            if biases[h] is not None:
+                logits += biases[h]
+            p = torch.softmax(logits.masked_fill_(hidden[h], float("-inf")), dim=-1)
+            p_drop, keep = torch.native_dropout(p, dropout_p, True) if dropout_p > 0 else (p, None)
+            p_drop = p_drop.to(v.dtype)
+            outs.append(_matmul(p_drop, v[:, h], v.dtype))
+            ps.append(p)
+            keeps += [keep] if keep is not None else []
+            drops.append(p_drop)
+        ctx.save_for_backward(q, k, v, *ps, *keeps, *drops)
+        ctx.shape, ctx.dropout_p, ctx.scale = shape, dropout_p, scale
         ctx.bias_shape = None if bias is None else bias.shape
-        return o.view(B, H, M, D)
+        return _heads_to(outs)
 
     @staticmethod
     def backward(ctx, do):
-        q3, k3, v3, p, keep, p_drop = ctx.saved_tensors
-        B, H, M, N, D = ctx.shape
-        do3 = do.reshape(B * H, M, D).to(v3.dtype)
-        dv = _matmul(p_drop.transpose(1, 2), do3, v3.dtype)
-        dp = _matmul(do3, v3.transpose(1, 2), p.dtype).view(B, H, M, N)
-        if keep is not None:
-            dp = torch.ops.aten.native_dropout_backward(dp, keep, 1.0 / (1.0 - ctx.dropout_p))
-        ds_wide = torch.ops.aten._softmax_backward_data(dp, p, -1, p.dtype)
+        q, k, v, *saved = ctx.saved_tensors
+        B, H, M, N = ctx.shape
+        ps, saved = saved[:H], saved[H:]
+        keeps, drops = (saved[:H], saved[H:]) if ctx.dropout_p > 0 else ([None] * H, saved)
+        do = do.to(v.dtype)
+        dqs, dks, dvs, dbiases = [], [], [], []
+        for h in range(H):
+            dvs.append(_matmul(drops[h].transpose(1, 2), do[:, h], v.dtype))
+            dp = _matmul(do[:, h], v[:, h].transpose(1, 2), ps[h].dtype)
+            if keeps[h] is not None:
+                dp = torch.ops.aten.native_dropout_backward(dp, keeps[h], 1.0 / (1.0 - ctx.dropout_p))
+            ds_wide = torch.ops.aten._softmax_backward_data(dp, ps[h], -1, ps[h].dtype)
+            if ctx.needs_input_grad[4]:
+                dbiases.append(ds_wide)
+            ds = ds_wide.to(q.dtype)
+            dqs.append(_matmul(ds, k[:, h], q.dtype, ctx.scale))
+            dks.append(_matmul(ds.transpose(1, 2), q[:, h], k.dtype, ctx.scale))
         dbias = None
-        if ctx.needs_input_grad[4]:  # the logits' gradient, summed over the bias's broadcast dimensions
-            dbias = ds_wide.sum_to_size(ctx.bias_shape) if ds_wide.shape != ctx.bias_shape else ds_wide
-        ds = ds_wide.to(q3.dtype).view(B * H, M, N)
-        dq = _matmul(ds, k3, q3.dtype, ctx.scale)
-        dk = _matmul(ds.transpose(1, 2), q3, k3.dtype, ctx.scale)
-        return dq.view(B, H, M, D), dk.view(B, H, N, D), dv.view(B, H, N, D), None, dbias, None, None
+        if dbiases:  # the logits' gradient, summed over the bias's broadcast dimensions
+            dbias = torch.stack(dbiases, dim=1)
+            dbias = dbias.sum_to_size(ctx.bias_shape) if dbias.shape != ctx.bias_shape else dbias
+        return _heads_to(dqs), _heads_to(dks), _heads_to(dvs), None, dbias, None, None
 
 
 def dense_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,

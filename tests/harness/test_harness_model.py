@@ -163,12 +163,15 @@ def test_attention_dropout_applies_to_the_labelled_rows_queries():
 def test_gpu_last_block_at_the_labelled_rows_follows_the_full_forward(picked, mixer, d_model, kwargs):
     """On a GPU under bf16 autocast (training's path: SDPA's masked attention from 16 of 256 queries, the full forward's
     cuDNN or Triton attention; zoo's dense attention at one head of 512, and for GatedFWA's labelled rows with their
-    decay bias), to bf16's rounding: logits and every parameter's gradient."""
+    decay bias), to bf16's rounding: logits and every parameter's gradient are as far from the float32 full forward
+    as the bf16 full forward's are, at most twice (GatedFWA's gate bias gradient sums terms that cancel: under bf16
+    both forwards are off by tens of percent in the first layer, measured on a CPU)."""
     torch.manual_seed(0)
     model = LanguageModel(512, d_model, n_layers=2, mixer=mixer, mixer_kwargs=kwargs, max_seq_len=256,
                           dropout=0.0).cuda()
     ids = torch.randint(0, 512, (8, 256), device="cuda")
     positions = torch.sort(torch.rand(8, 256, device="cuda").argsort(1)[:, :16], 1).values
+    exact = logits_and_grads(model, lambda m, i, p: rows_at(m(i), p), ids, positions, False)
     backend.clear()
     with torch.autocast("cuda", dtype=torch.bfloat16):
         got = logits_and_grads(model, lambda m, i, p: m(i, p), ids, positions, False)
@@ -176,6 +179,7 @@ def test_gpu_last_block_at_the_labelled_rows_follows_the_full_forward(picked, mi
         assert backend.last_backend("attention") == ("dense" if dense else "sdpa")  # the picked rows' call
         want = logits_and_grads(model, lambda m, i, p: rows_at(m(i), p), ids, positions, False)
     assert picked == [256]
-    for a, b in zip(got, want):
-        scale = b.float().abs().max().item()
-        torch.testing.assert_close(a.float(), b.float(), rtol=0, atol=2e-2 * scale)
+    for a, b, e in zip(got, want, exact):
+        a, b, e = a.float(), b.float(), e.float()
+        scale = e.abs().max().item()
+        assert (a - e).abs().max().item() <= 2 * (b - e).abs().max().item() + 5e-3 * scale

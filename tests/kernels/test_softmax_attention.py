@@ -60,13 +60,14 @@ def test_a_logit_bias_and_its_gradient_match_sdpa_with_a_float_mask():
 
 def test_dense_backward_with_dropout_is_autograd_through_the_same_draws():
     """The written-out backward against autograd through the same operations, seeded alike: native_dropout draws
-    the same mask for both."""
+    the same mask for both, head by head."""
     q, k, v = qkv(M=6, N=11)
     mask = picked_mask(2, 6, 11)
 
     def reference(q, k, v):
         logits = (q @ k.transpose(-1, -2) * q.shape[-1] ** -0.5).masked_fill(~mask, float("-inf"))
-        return torch.native_dropout(logits.softmax(-1), 0.3, True)[0] @ v
+        p = logits.softmax(-1)
+        return torch.stack([torch.native_dropout(p[:, h], 0.3, True)[0] for h in range(q.shape[1])], 1) @ v
 
     torch.manual_seed(7)
     got = outputs_and_grads(lambda *t: softmax_attention(*t, mask, dropout_p=0.3, backend="dense"), [q, k, v])

@@ -137,7 +137,8 @@ class GatedFWA(SlidingWindowAttention):
     def forward(self, x: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
         """x (B, L, D) -> (B, L, D), or with ``positions`` (B, K) the outputs at those rows alone, (B, K, D) (the
         model's last block): those K queries attend through ``softmax_attention`` with the window as a mask and the
-        decay u_i - u_j as a logit bias; the output gate and the output projection run on K rows.
+        decay as a logit bias (-u_j: the query's own u_i shifts its whole softmax row, which changes nothing); the
+        output gate and the output projection run on K rows.
 
         Every projection of x (q, k, v; the gate and its temperature; the output gate; the token shifts' mixes) is
         one ``linear_parts`` call: x cast once, its gradient summed inside the matmuls."""
@@ -164,8 +165,8 @@ class GatedFWA(SlidingWindowAttention):
             o = gated_window_attention(q, k, v, u, self.window)
         else:
             q, k, z = self.q_norm(rows_at(q, positions)), self.k_norm(k), z if z is None else rows_at(z, positions)
-            bias = None if u is None else \
-                (rows_at(u, positions).transpose(1, 2)[..., :, None] - u.transpose(1, 2)[..., None, :])  # (B, H, K, L)
+            # the decay u_i - u_j without u_i, which is constant along a query's softmax row: (B, H, 1, L)
+            bias = None if u is None else -u.transpose(1, 2)[:, :, None, :]
             o = softmax_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
                                   self.visible_at(positions, L), bias).transpose(1, 2)
         if z is not None:
