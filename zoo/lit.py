@@ -52,7 +52,7 @@ def macro_accuracy(predictions: torch.Tensor, targets: torch.Tensor, num_classes
     predicted = count(torch.where(labelled, predictions, trash), ones)
     hits = count(target_class, predictions == targets)  # unlabelled positions land in the dropped class
     present = (support + predicted) > 0
-    return (hits / support.clamp(min=1))[present].sum() / present.sum()
+    return torch.where(present, hits / support.clamp(min=1), 0).sum() / present.sum()  # a boolean index would sync
 
 
 class MixerLM(L.LightningModule):

@@ -35,3 +35,21 @@ def test_records_carry_the_final_macro_accuracy(tmp_path):
     assert record["status"] == "completed", record["error"]
     assert [h["test/macro_acc"] for h in record["history"]][-1] == record["final_macro_accuracy"]
     assert 0.0 <= record["final_macro_accuracy"] <= 1.0
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+def test_gpu_macro_accuracy_does_not_wait_for_the_gpu():
+    """Every validation batch computes it for every member: a host sync there stalls the launch queue each time
+    (a boolean index did, until 2026-11-27)."""
+    g = torch.Generator().manual_seed(0)
+    targets = torch.randint(0, 6, (16, 9), generator=g).cuda()
+    predictions = torch.randint(0, 6, (16, 9), generator=g).cuda()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        value = macro_accuracy(predictions, targets, 12)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    want = MulticlassAccuracy(num_classes=12, ignore_index=IGNORE_INDEX)(predictions.cpu().flatten(),
+                                                                           targets.cpu().flatten())
+    assert value.item() == pytest.approx(want.item(), abs=1e-6)
