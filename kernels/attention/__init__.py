@@ -4,9 +4,10 @@ attention mixers (GatedFWA's too, from its labelled rows).
 Backends: ``"sdpa"`` (``F.scaled_dot_product_attention``: FlashAttention or cuDNN on a GPU up to head dim 256, its
 memory-efficient kernel past that, its math form on a CPU) and ``"dense"`` (``dense.py``: the score matrix in memory,
 two cuBLAS matmuls and row-wise softmax and dropout around them). ``"auto"`` takes dense for CUDA tensors whose head
-dim is over ``FUSED_HEAD_DIM_MAX`` or that come with a bias (whose gradient not every SDPA kernel gives), SDPA otherwise: past 256, SDPA's memory-efficient backward was the slowest kernel
-of the grid's softmax runs at d_model=512 (one head of 512), 2.4 ms a call at MQAR N=512, batch 128 on an H100,
-63% of the GPU time of a group's step (``python -m zoo.bench.profile --cell 512,512 --group 4``).
+dim is over ``FUSED_HEAD_DIM_MAX`` or that come with a bias (whose gradient not every SDPA kernel gives), SDPA
+otherwise: past 256, SDPA's memory-efficient backward was the slowest kernel of the grid's softmax runs at
+d_model=512 (one head of 512), 2.4 ms a call at MQAR N=512, batch 128 on an H100, 63% of the GPU time of a group's
+step (``python -m zoo.bench.profile --cell 512,512 --group 4``).
 ``zoo.kernels.backend.last_backend("attention")`` says which ran.
 """
 from __future__ import annotations

@@ -96,7 +96,8 @@ class _DenseAttention(torch.autograd.Function):
 
 
 def dense_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
-                    bias: torch.Tensor | None = None, dropout_p: float = 0.0, scale: float | None = None) -> torch.Tensor:
+                    bias: torch.Tensor | None = None, dropout_p: float = 0.0,
+                    scale: float | None = None) -> torch.Tensor:
     """softmax(q k^T * scale + bias, masked) with dropout ``dropout_p`` on the probabilities, times v (shapes: module
     doc). Same function as ``F.scaled_dot_product_attention(q, k, v, attn_mask=bias masked with -inf, dropout_p=...,
     scale=scale)``, with other random numbers for dropout."""

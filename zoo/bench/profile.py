@@ -157,7 +157,8 @@ def main(argv: list[str] | None = None) -> int:
     for mixer in args.mixers:
         for graphs in modes:
             r = profile_run(mixer, graphs, top=args.top, cell=args.cell, group=args.group, examples=args.examples)
-            print(f"{mixer:<9} graphs={'on ' if graphs else 'off'} wall {r['wall_s']:.3f} s (epoch {r['epoch_s']:.3f} s)"
+            print(f"{mixer:<9} graphs={'on ' if graphs else 'off'} wall {r['wall_s']:.3f} s "
+                  f"(epoch {r['epoch_s']:.3f} s)"
                   f"  GPU busy {r['gpu_busy_s']:.3f} s = {100 * r['busy_fraction']:.0f}%"
                   f"  kernels/step {r['kernels_per_step']:.0f}  [{r['status']}]", flush=True)
             print("    by kind: " + ", ".join(f"{kind} {s:.3f} s" for kind, s in r["kinds"]))

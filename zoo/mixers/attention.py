@@ -73,9 +73,9 @@ class MultiHeadMixer(nn.Module):
         ``zoo.kernels.attention.softmax_attention`` with the mask ``visible`` gives (at MQAR's K = L / 16, a
         sixteenth of the causal attention's work).
 
-        Up to head dim 256 SDPA picks its kernel (cuDNN's masked one on an H100). Its math form, tried for so few queries, made softmax
-        slower, not faster (two H100s of one session, B=256, L=256, K=16): a training step 1.94 against 1.46 ms (two
-        heads of 64), the figure-2 epoch 0.675 against 0.549 s (one head of 128)."""
+        Up to head dim 256 SDPA picks its kernel (cuDNN's masked one on an H100). Its math form, tried for so few
+        queries, made softmax slower, not faster (two H100s of one session, B=256, L=256, K=16): a training step 1.94
+        against 1.46 ms (two heads of 64), the figure-2 epoch 0.675 against 0.549 s (one head of 128)."""
         q, mask = rows_at(q, positions), self.visible_at(positions, k.shape[1])
         o = softmax_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), mask,
                               dropout_p=self.attention_dropout if self.training else 0.0)
