@@ -79,6 +79,10 @@ def test_unknown_section_is_refused(tiny_sweep, capsys):
     ("nvjet_tst_128x64_64x8_2x1_v_bz_TNT", "matmul"),
     ("void pytorch_flash::flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel<Flash_bwd_kernel_traits<128>>", "attention"),
     ("_attn_bwd_dkdv", "attention"),
+    ("void softmax_warp_backward<float, float, float, 9, false, false>", "attention"),  # the dense attention's rows
+    ("void softmax_warp_forward<float, float, float, 9, true, false>", "other"),  # log-softmax: validation's loss
+    ("void cunn_SoftMaxForward<4, float, float, float, SoftMaxForwardEpilogue>", "attention"),
+    ("void cunn_SoftMaxForward<4, float, float, float, LogSoftMaxForwardEpilogue>", "other"),
     ("_selective_scan_bwd_kernel", "scan / recurrence"),
     ("_norm_bwd_kernel", "norm"),
     ("_cross_entropy_bwd_kernel", "loss"),

@@ -42,7 +42,8 @@ def busy_seconds(intervals: list[tuple[float, float]]) -> float:
 # PyTorch's, FlashAttention's and the Triton kernels' own)
 KINDS = {
     "loss": r"cross_entropy|log_softmax|nll_loss",
-    "attention": r"flash|fmha|attn|attention",
+    # and the dense form's softmax rows (PyTorch's softmax kernels, not their log-softmax instances)
+    "attention": r"flash|fmha|attn|attention|softmax_warp_\w+<(\w+, ){3}\d+, false|(?<!log)softmax(forward|backward)epi",
     "scan / recurrence": r"scan|recurren|wkv|rwkv|ssd|chunk|long_conv|short_conv|conv|fft|delta_rule",
     "optimizer": r"adam|multi_tensor",  # before norm: gradient clipping's norms run as multi_tensor kernels
     "norm": r"norm",
