@@ -135,5 +135,12 @@ def test_profile_takes_any_grid_cell_as_a_group_of_the_sweeps_learning_rates():
     assert cell_arg("512,64") == (512, 64)
     with pytest.raises(argparse.ArgumentTypeError, match="not N,d_model"):
         cell_arg("512")
-    with pytest.raises(SystemExit, match="N=100 is not a length"):
+    with pytest.raises(ValueError, match=r"N=100 is not valid: expected one of the lengths of .*\[128, 256, 512\]"):
         cell_configs("softmax", (100, 64))
+
+
+def test_profile_refuses_a_cell_the_sweep_lacks_before_it_looks_for_a_gpu(capsys):
+    from zoo.bench.profile import main
+    with pytest.raises(SystemExit) as exit_:
+        main(["--cell", "100,64"])
+    assert exit_.value.code == 2 and "N=100 is not valid" in capsys.readouterr().err

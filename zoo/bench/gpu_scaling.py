@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from zoo.bench.grid_cost import by_cell
+from zoo.bench.grid_cost import by_cell, shared_keys
 from zoo.devices import gpu_slots
 from zoo.results import final_records, run_states
 
@@ -33,7 +33,7 @@ def time_spent(records: list[dict]) -> dict:
     start to its last run's end, added up; ``span_s``: from the first start to the last end of all."""
     if not records:
         return {"groups_s": 0.0, "span_s": 0.0}
-    groups = by_cell(records, sorted(set.intersection(*(set(r["settings"]) for r in records)) - {"train.lr"}))
+    groups = by_cell(records, shared_keys(records, {"train.lr"}))
     spans = [max(r["finished"] for r in g) - min(r["started"] for r in g) for g in groups.values()]
     return {"groups_s": sum(spans),
             "span_s": max(r["finished"] for r in records) - min(r["started"] for r in records)}

@@ -42,6 +42,11 @@ NOT_CELL = {"train.lr", "train.max_epochs", "train.early_stop_accuracy", "train.
 NAMED = (("model.mixer", "mixer"), ("task.params.input_seq_len", "N"), ("model.d_model", "d"), ("seed", "seed"))
 
 
+def shared_keys(records: list[dict], leave_out: set[str]) -> list[str]:
+    """The settings every record has, but ``leave_out``, sorted: the keys that tell records' cells apart."""
+    return sorted(set.intersection(*(set(r["settings"]) for r in records)) - leave_out)
+
+
 def by_cell(records: list[dict], keys: list[str]) -> dict[tuple, list[dict]]:
     """The records grouped by their values of the settings ``keys``."""
     cells: dict[tuple, list[dict]] = defaultdict(list)
@@ -85,7 +90,7 @@ def grid_cost(protocol: Path, timing: Path) -> dict:
     timed = [r for r in final_records(timing).values() if r.get("settings") and r["status"] == "completed"]
     if not done or not timed:
         raise ValueError(f"no finished runs in {protocol if not done else timing}")
-    keys = sorted(set.intersection(*(set(r["settings"]) for r in done + timed)) - NOT_CELL)
+    keys = shared_keys(done + timed, NOT_CELL)
     timings = {cell: cell_timing(rs) for cell, rs in by_cell(timed, keys).items()}
     groups, missing = [], []
     for cell, rs in by_cell(done, keys).items():

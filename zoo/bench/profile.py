@@ -21,8 +21,7 @@ import torch
 
 from omegaconf import OmegaConf
 
-from zoo.bench.throughput import cell_config, figure2_config, timing_config
-from zoo.config import make_run_config
+from zoo.bench.throughput import TIMING_LR, cell_config, timing_config
 
 
 def busy_seconds(intervals: list[tuple[float, float]]) -> float:
@@ -67,27 +66,19 @@ def short_name(kernel: str, width: int = 170) -> str:
 
 def cell_configs(mixer: str, cell: tuple[int, int] | None = None, group: int = 1, examples: int | None = None,
                  sweep: str | Path = "sweeps/mqar.yaml") -> list:
-    """The run configs one profile trains: the figure-2 cell (``cell`` None) or the sweep's cell at
-    ``cell = (N, d_model)``; one run at the timing lr, or the sweep's first ``group`` learning rates;
-    ``examples`` training examples if given."""
-    if cell is None and group == 1:
-        cfgs = [figure2_config(mixer)]
-    else:
-        spec = OmegaConf.load(sweep)
-        n, d = cell or (256, 128)
-        shapes = [dict(s) for s in spec.grid["shape"] if s["task.params.input_seq_len"] == n]
-        if not shapes:
-            raise SystemExit(f"error: --cell: N={n} is not a length of {sweep}")
-        lrs = list(spec.grid["train.lr"])[:group] if group > 1 else [None]
-        cfgs = [cell_config(mixer, shapes[0], d, **({"lr": lr} if lr else {}), sweep=sweep) for lr in lrs]
-    if examples is None:
-        return cfgs
-    shortened = []
-    for cfg in cfgs:
-        raw = OmegaConf.to_container(cfg)
-        raw["task"]["train"][0]["num_examples"] = examples
-        shortened.append(make_run_config(raw))
-    return shortened
+    """The run configs one profile trains: the sweep's cell at ``cell = (N, d_model)`` (None: figure 2's, N=256,
+    d_model=128); one run at the timing lr, or the sweep's first ``group`` learning rates; ``examples`` training
+    examples if given. ValueError, naming the sweep's lengths, for an N it does not have."""
+    spec = OmegaConf.load(sweep)
+    n, d = cell or (256, 128)
+    lengths = [s["task.params.input_seq_len"] for s in spec.grid["shape"]]
+    if n not in lengths:
+        raise ValueError(f"--cell: N={n} is not valid: expected one of the lengths of {sweep}: {lengths}")
+    shape = dict(spec.grid["shape"][lengths.index(n)])
+    if examples is not None:
+        shape["task.train"] = [{"num_examples": examples}]
+    lrs = list(spec.grid["train.lr"])[:group] if group > 1 else [TIMING_LR]
+    return [cell_config(mixer, shape, d, lr, sweep=sweep) for lr in lrs]
 
 
 def profile_run(mixer: str, graphs: bool, epochs: int = 1, top: int = 8, cell: tuple[int, int] | None = None,
@@ -145,10 +136,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="train the sweep's first K learning rates as one group")
     parser.add_argument("--examples", type=int, help="training examples an epoch (default: the sweep's 100000)")
     args = parser.parse_args(argv)
+    try:
+        cfg = cell_configs(args.mixers[0], args.cell, args.group, args.examples)[0]
+    except ValueError as err:
+        parser.error(str(err))
     if not torch.cuda.is_available():
         print("error: --device cuda is required: the profile reads GPU kernel times")
         return 2
-    cfg = cell_configs(args.mixers[0], args.cell, args.group, args.examples)[0]
     t = cfg.task
     steps = -(-t.train[0].num_examples // cfg.train.batch_size)
     print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}; one epoch of MQAR "

@@ -19,7 +19,6 @@ from omegaconf import DictConfig, OmegaConf
 
 from zoo.config import make_run_config
 
-FIGURE2_SHAPE = {"task.params.input_seq_len": 256, "task.params.num_kv_pairs": 16, "train.batch_size": 256}
 TIMING_LR = 2.1544e-3
 
 
@@ -36,11 +35,6 @@ def cell_config(mixer: str, shape: dict, d_model: int, lr: float = TIMING_LR,
     if kwargs is not None:
         OmegaConf.update(raw, "model.mixer_kwargs", kwargs, merge=False)
     return make_run_config(raw)
-
-
-def figure2_config(mixer: str) -> DictConfig:
-    """Zoology's figure-2 reference cell (MQAR N=256, kv=16, d_model=128, batch 256) for ``mixer``."""
-    return cell_config(mixer, FIGURE2_SHAPE, 128)
 
 
 def timing_config(cfg: DictConfig, epochs: int, **train) -> DictConfig:
