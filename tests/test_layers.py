@@ -26,7 +26,7 @@ LAYERS = [
     "zoo.model zoo.autoencoder",             # the models around the mixers
     "zoo.spec",                              # what a run needs from its task, resolved once; config -> model
     "zoo.config",                            # the run config: schema, checks, run ids
-    "zoo.data zoo.step zoo.checkpoint zoo.lit zoo.results",  # training one run or one group of runs
+    "zoo.data zoo.graphs zoo.step zoo.evaluation zoo.checkpoint zoo.lit zoo.results",  # training one run or a group
     "zoo.run",
     "zoo.scheduler zoo.worker zoo.backends | zoo.plotstyle zoo.figures zoo.leaderboard | zoo.bench",  # many runs | reports | benches
     "zoo.sweep",

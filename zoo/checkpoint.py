@@ -9,11 +9,16 @@ epochs of earlier resumes, so a resumed run's ``train_seconds`` counts its kille
 
 Written to a temporary file, fsynced and renamed, so a crash never leaves half a checkpoint; read with
 ``weights_only=True``. Removed once the run's ``result.json`` is written.
+
+Training writes through a ``Writer``, behind the training: it copies the state to the host and returns, and a
+thread pickles, writes and fsyncs it while the next epoch trains. Written at once, the four checkpoints of a group
+at Zoology's figure-2 cell held the training up 0.14 s an epoch on an H100 machine (the epoch itself: 1.71 s).
 """
 from __future__ import annotations
 
 import logging
 import os
+import threading
 from pathlib import Path
 
 import torch
@@ -30,6 +35,50 @@ def save(run_dir: Path, state: dict) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+
+
+def to_host(state):
+    """A copy of ``state`` (dicts, lists and tuples of tensors and plain values) that shares nothing the training
+    changes: every tensor copied to the host, every container new."""
+    if isinstance(state, torch.Tensor):
+        return state.detach().to("cpu", copy=True)
+    if isinstance(state, dict):
+        return {key: to_host(value) for key, value in state.items()}
+    if isinstance(state, (list, tuple)):
+        return type(state)(to_host(value) for value in state)
+    return state
+
+
+class Writer:
+    """Saves checkpoints on a thread: ``submit`` copies the states to the host and returns; ``wait`` returns once
+    everything submitted is on disk, and raises the first error a write met (an unwritable folder, a full disk).
+    A ``submit`` first waits for the one before it, so at most one round of states is in host memory."""
+
+    def __init__(self):
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+
+    def submit(self, checkpoints: list[tuple[Path, dict]]) -> None:
+        """Save each (run_dir, state) of ``checkpoints``, in order, behind the caller."""
+        self.wait()
+        copies = [(run_dir, to_host(state)) for run_dir, state in checkpoints]
+        self._thread = threading.Thread(target=self._write, args=(copies,), name="zoo-checkpoints", daemon=True)
+        self._thread.start()
+
+    def _write(self, checkpoints: list[tuple[Path, dict]]) -> None:
+        try:
+            for run_dir, state in checkpoints:
+                save(run_dir, state)
+        except BaseException as err:  # noqa: BLE001 - handed to the training thread by ``wait``
+            self._error = err
+
+    def wait(self) -> None:
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
 
 
 def load(run_dir: Path) -> dict | None:

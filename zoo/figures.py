@@ -209,7 +209,8 @@ def mad_scores(records: list[dict], sweep_dir: Path) -> pd.DataFrame:
     weight decays, plus ``MAD score`` (mean over tasks); best score first.
 
     The accuracy is MAD's: the final model's macro-averaged accuracy (``final_macro_accuracy``, see
-    ``zoo.lit.macro_accuracy``); records written before zoo measured it fall back to the per-token accuracy."""
+    ``zoo.evaluation.macro_accuracy``); records written before zoo measured it fall back to the per-token
+    accuracy."""
     rows = []
     for r in records:
         accuracy = r.get("final_macro_accuracy", r.get("final_accuracy", r.get("accuracy")))

@@ -2,11 +2,8 @@
 of models trained side by side (the runs of one cell that differ only in learning rate; see zoo.step).
 
 A batch is (inputs (B, N), positions (B, K), targets (B, K), segment index); see ``zoo.data``.
-Accuracy counts labelled positions only, argmax over the full vocabulary; sequence accuracy counts
-examples whose labelled positions are all right. ``test/macro_acc`` is MAD's accuracy (mad-lab's
-``metrics.Accuracy``: torchmetrics' ``MulticlassAccuracy``, macro-averaged over the vocabulary, computed
-per test batch and averaged over batches as Lightning logs it; see :func:`macro_accuracy`). Metrics
-accumulate on the device and are read once per validation epoch, so training steps never wait for the host.
+The metrics are ``zoo.evaluation``'s, summed on the device (a CUDA-graph replay per test batch on GPU) and read
+once per validation epoch, so neither training nor testing waits for the host.
 
 Lightning's validation loop runs over the run's *test* split (``task.test``; no separate validation split
 is generated), so its metrics are named for it: ``test/loss``, ``test/acc``, ``test/seq_acc`` and, with
@@ -23,36 +20,12 @@ import time
 
 import lightning as L
 import torch
-import torch.nn.functional as F
 from omegaconf import DictConfig
 from torch import nn
 
-from zoo.tasks.base import IGNORE_INDEX
-from zoo.step import Member, TrainStep, autocast_bf16, build_optimizer, lr_factor
-
-
-def macro_accuracy(predictions: torch.Tensor, targets: torch.Tensor, num_classes: int) -> torch.Tensor:
-    """Macro-averaged multiclass accuracy of one batch, as torchmetrics' ``MulticlassAccuracy(num_classes,
-    ignore_index=-100)`` (its default ``average="macro"``) computes it: per class, true positives over
-    targets of that class (recall); averaged over the classes that occur as a target or a prediction.
-
-    predictions, targets: (B, K) int64, targets -100 where no label. Returns a 0-d float tensor, without
-    a host sync (NaN if nothing is labelled).
-    """
-    labelled = targets != IGNORE_INDEX
-    trash = torch.full_like(targets, num_classes)  # ignored positions count in an extra, dropped class
-    target_class = torch.where(labelled, targets, trash)
-
-    def count(index, weights):
-        return torch.zeros(num_classes + 1, device=targets.device).scatter_add_(
-            0, index.flatten(), weights.flatten().float())[:num_classes]
-
-    ones = torch.ones_like(targets)
-    support = count(target_class, ones)
-    predicted = count(torch.where(labelled, predictions, trash), ones)
-    hits = count(target_class, predictions == targets)  # unlabelled positions land in the dropped class
-    present = (support + predicted) > 0
-    return torch.where(present, hits / support.clamp(min=1), 0).sum() / present.sum()  # a boolean index would sync
+from zoo import checkpoint
+from zoo.evaluation import SUMS, EvalPass
+from zoo.step import Member, TrainStep, build_optimizer, lr_factor
 
 
 class MixerLM(L.LightningModule):
@@ -85,12 +58,14 @@ class MixerLM(L.LightningModule):
         self.on_epoch, self.on_stop = on_epoch, on_stop
         self.rng_states = rng_states or [None] * len(models)
         self.step_fn: TrainStep | None = None
+        self.test_fn: EvalPass | None = None
         self.histories: list[list[dict]] = [[] for _ in models]  # test metrics per epoch, per member
         self.outcomes: list[tuple[str, str] | None] = [None] * len(models)  # (status, reason) once stopped
         self.started = time.perf_counter()
         self.run_dirs, self.resume = run_dirs, resume
         self.epoch_offset = 0  # epochs finished before this fit (a resumed run)
         self.saved_stop = [False] * len(models)  # a stopped member's last checkpoint is written
+        self.checkpoints = checkpoint.Writer()
         self.resumed_at: list[list[int]] = [[] for _ in models]  # the epochs each resume started from
         if resume:
             self.epoch_offset = 1 + max(c["epoch"] for c in resume)
@@ -117,6 +92,7 @@ class MixerLM(L.LightningModule):
     def _stop(self, i: int, status: str, reason: str) -> None:
         self.outcomes[i] = (status, reason)
         self.step_fn.deactivate(i)
+        self.test_fn.deactivate(i)
         if all(o is not None for o in self.outcomes):
             self.trainer.should_stop = True
 
@@ -140,28 +116,13 @@ class MixerLM(L.LightningModule):
         for i, loss in enumerate(self.train_loss):
             if self.outcomes[i] is None and not math.isfinite(loss):
                 self._stop(i, "diverged", f"non-finite training loss in epoch {self.epoch}")
-        # per member and segment: [loss sum, correct tokens, labelled tokens, correct sequences, sequences,
-        # sum of batch macro accuracies, batches]
-        self.test_sums = torch.zeros(len(self.models), len(self.segment_names), 7, device=self.device,
+        # per member and segment: zoo.evaluation.SUMS
+        self.test_sums = torch.zeros(len(self.models), len(self.segment_names), len(SUMS), device=self.device,
                                     dtype=torch.float64)
 
     def validation_step(self, batch, batch_idx):
         inputs, positions, targets, segment = batch
-        labelled = targets != IGNORE_INDEX
-        for i, member in enumerate(self.step_fn.members):
-            if self.outcomes[i] is not None:
-                continue
-            with autocast_bf16(self.device, self.bf16):
-                logits = member.labelled_logits(inputs, positions).float()
-            predictions = logits.argmax(-1)
-            right = (predictions == targets) & labelled
-            loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=IGNORE_INDEX, reduction="sum")
-            row = torch.stack([loss.double(), right.sum().double(), labelled.sum().double(),
-                               (right == labelled).all(1).sum().double(),
-                               torch.full((), len(targets), device=self.device, dtype=torch.float64),
-                               macro_accuracy(predictions, targets, logits.shape[-1]).double(),
-                               torch.ones((), device=self.device, dtype=torch.float64)])
-            self.test_sums[i, segment] += row
+        self.test_sums[:, segment] += self.test_fn(inputs, positions, targets)  # stopped members add zeros
 
     def on_validation_epoch_end(self) -> None:
         if self.trainer.sanity_checking:
@@ -196,26 +157,31 @@ class MixerLM(L.LightningModule):
             for i, outcome in enumerate(self.outcomes):
                 if outcome is None:
                     self._stop(i, "timeout", f"train.timeout={timeout} s reached after epoch {self.epoch}")
-        if self.on_stop is not None:
-            for i, was_training in enumerate(self.training_members):
-                if was_training and self.outcomes[i] is not None:
-                    self.on_stop(i)
+        stopped = [i for i, training in enumerate(self.training_members) if training and self.outcomes[i] is not None]
+        if self.on_stop is not None and stopped:
+            self.checkpoints.wait()  # their last checkpoints are on disk before their results are kept
+            for i in stopped:
+                self.on_stop(i)
 
     def _save_checkpoints(self) -> None:
-        """Each member still training, or stopped in this epoch, writes its checkpoint (zoo.checkpoint)."""
-        from zoo import checkpoint
-
+        """Each member still training, or stopped in this epoch, writes its checkpoint (``zoo.checkpoint``), behind
+        the next epoch's training."""
+        states = []
         order = self.trainer.datamodule.train_batches.order_state()
         for i, (member, scheduler) in enumerate(zip(self.step_fn.members, self.schedulers_)):
             if self.saved_stop[i]:
                 continue
             rng = member.rng_state if member.rng_state is not None else torch.get_rng_state()
-            checkpoint.save(self.run_dirs[i], {
+            states.append((self.run_dirs[i], {
                 "epoch": self.epoch, "model": member.model.state_dict(), "optimizer": member.optimizer.state_dict(),
                 "scheduler": scheduler.state_dict(), "rng": rng, "order": order, "history": self.histories[i],
                 "outcome": list(self.outcomes[i]) if self.outcomes[i] else None,
-                "train_seconds": self.train_seconds(i), "resumed_at": self.resumed_at[i]})
+                "train_seconds": self.train_seconds(i), "resumed_at": self.resumed_at[i]}))
             self.saved_stop[i] = self.outcomes[i] is not None
+        self.checkpoints.submit(states)
+
+    def on_fit_end(self) -> None:
+        self.checkpoints.wait()  # every checkpoint on disk before the results are written (and then discard them)
 
     def configure_optimizers(self):
         t = self.train_cfg
@@ -229,9 +195,11 @@ class MixerLM(L.LightningModule):
             forward = torch.compile(model, dynamic=False) if cuda and t.compile else model
             members.append(Member(model, forward, opt, rng))
         self.step_fn = TrainStep(members, self.bf16, t.grad_clip, graphs)
+        self.test_fn = EvalPass(members, self.bf16, graphs)
         for i, state in enumerate(self.resume or []):
             members[i].optimizer.load_state_dict(state["optimizer"])
             self.schedulers_[i].load_state_dict(state["scheduler"])
             if self.outcomes[i] is not None:
                 self.step_fn.deactivate(i)
+                self.test_fn.deactivate(i)
         return [m.optimizer for m in members]

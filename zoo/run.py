@@ -6,6 +6,7 @@ CUDA out of memory included), always with the last test metrics that were reache
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import sys
 import time
@@ -155,6 +156,9 @@ def train_group(cfgs: list[DictConfig], run_dirs: list[Path], device: torch.devi
             _set_outcome(record, outcome or ("completed", "max_epochs reached"), lit.train_seconds(i),
                          lit.resumed_at[i])
     except Exception as err:  # recorded, never raised: one bad run must not stop a sweep
+        if lit is not None:  # the checkpoints of finished epochs still go to disk: a retry resumes from them
+            with contextlib.suppress(Exception):
+                lit.checkpoints.wait()
         if isinstance(err, torch.cuda.OutOfMemoryError):
             err_text = f"CUDA out of memory: {str(err).splitlines()[0]}"
         else:
@@ -183,7 +187,8 @@ def _summarise(record: dict, history: list[dict]) -> None:
     record["epochs"] = len(history)
     if history:
         record["final_accuracy"] = history[-1]["test/acc"]
-        if "test/macro_acc" in history[-1]:  # MAD's metric (zoo.lit.macro_accuracy), of the final model as MAD reports
+        # MAD's metric (zoo.evaluation.macro_accuracy), of the final model as MAD reports
+        if "test/macro_acc" in history[-1]:
             record["final_macro_accuracy"] = history[-1]["test/macro_acc"]
         best = max(history, key=lambda h: h["test/acc"])
         if "chance" in record and record["chance"] < 1:

@@ -4,7 +4,7 @@ import torch
 from torchmetrics.classification import MulticlassAccuracy
 
 from zoo.config import make_run_config
-from zoo.lit import macro_accuracy
+from zoo.evaluation import macro_accuracy
 from zoo.run import train
 from zoo.tasks.base import IGNORE_INDEX
 

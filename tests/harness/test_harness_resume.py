@@ -19,7 +19,8 @@ def _cfg(lr=3e-3):
 
 
 class Killed(BaseException):
-    """Stands for kill -9 after an epoch's checkpoint is on disk (not an Exception: nothing records it)."""
+    """Stands for kill -9 after an epoch's checkpoint is on disk (not an Exception: nothing records it). Killed
+    while the checkpoint was still being written, the run would resume from the epoch before."""
 
 
 def _kill_after_epoch(monkeypatch, epoch):
@@ -28,6 +29,7 @@ def _kill_after_epoch(monkeypatch, epoch):
     def end_then_die(self):
         original(self)
         if self.epoch == epoch:
+            self.checkpoints.wait()
             raise Killed
 
     monkeypatch.setattr(MixerLM, "on_validation_epoch_end", end_then_die)
@@ -69,6 +71,7 @@ def test_member_stopped_before_the_kill_keeps_its_seconds(tmp_path, monkeypatch)
         if self.epoch == 0:  # after epoch 0's test: its checkpoint is written with the outcome after epoch 1
             self._stop(0, "completed", "stopped by the test")
         if self.epoch == 1:
+            self.checkpoints.wait()
             raise Killed
 
     with monkeypatch.context() as m:
@@ -101,3 +104,31 @@ def test_checkpoint_from_before_the_test_metric_names_resumes(tmp_path):
     checkpoint.save(tmp_path, {"history": [{"epoch": 0, "val/acc": 0.5, "val/acc/N16": 0.4, "train/loss": 1.0}]})
     assert checkpoint.load(tmp_path)["history"] == [{"epoch": 0, "test/acc": 0.5, "test/acc/N16": 0.4,
                                                      "train/loss": 1.0}]
+
+
+def test_writer_saves_the_state_as_it_was_when_submitted(tmp_path):
+    """The training goes on changing its tensors, history and outcome while the thread writes: the checkpoint holds
+    what was submitted, as ``save`` would have written it then."""
+    weights, history = torch.zeros(3), [{"epoch": 0}]
+    (tmp_path / "a").mkdir()
+    writer = checkpoint.Writer()
+    writer.submit([(tmp_path / "a", {"model": {"w": weights}, "history": history, "pair": (1, weights)})])
+    weights.add_(1.0)
+    history.append({"epoch": 1})
+    writer.wait()
+    state = checkpoint.load(tmp_path / "a")
+    assert torch.equal(state["model"]["w"], torch.zeros(3)) and torch.equal(state["pair"][1], torch.zeros(3))
+    assert state["history"] == [{"epoch": 0}] and state["pair"][0] == 1
+    writer.submit([(tmp_path / "a", {"model": {"w": weights}, "history": history})])  # the next epoch's replaces it
+    writer.wait()
+    assert torch.equal(checkpoint.load(tmp_path / "a")["model"]["w"], torch.ones(3))
+    assert [p.name for p in (tmp_path / "a").iterdir()] == [checkpoint.NAME]  # no temporary file left
+
+
+def test_writer_hands_a_failed_write_to_the_training(tmp_path):
+    (tmp_path / "file").write_text("not a folder")
+    writer = checkpoint.Writer()
+    writer.submit([(tmp_path / "file", {"epoch": 0})])  # returns at once; the write fails on the thread
+    with pytest.raises(OSError):
+        writer.wait()
+    writer.wait()  # raised once
