@@ -21,6 +21,15 @@ import torch.nn.functional as F
 from zoo.kernels.autocast import matmul_dtype
 
 
+def _column_sum(g: torch.Tensor) -> torch.Tensor:
+    """[M, n] summed over its rows in float32 (float64 stays float64): ``fused.column_sum`` (Triton, in a fixed
+    order) on CUDA, where PyTorch's sum runs far below memory speed on tall gradients; PyTorch's elsewhere."""
+    if g.is_cuda and g.dtype != torch.float64:
+        from zoo.kernels.linear.fused import column_sum
+        return column_sum(g)
+    return g.sum(0, dtype=torch.promote_types(g.dtype, torch.float32))
+
+
 class _LinearParts(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, dtype, *weights_and_biases):
@@ -55,7 +64,7 @@ class _LinearParts(torch.autograd.Function):
         x2 = None if xc is None else xc.reshape(-1, xc.shape[-1])
         for i, g in enumerate(grads):
             dw = (g.t() @ x2).to(w_dtypes[i]) if ctx.needs_input_grad[2 + 2 * i] else None
-            db = g.sum(0, dtype=torch.float32).to(b_dtypes[i]) if ctx.needs_input_grad[3 + 2 * i] else None
+            db = _column_sum(g).to(b_dtypes[i]) if ctx.needs_input_grad[3 + 2 * i] else None
             param_grads += [dw, db]
         return dx, None, *param_grads
 
