@@ -16,12 +16,20 @@ from zoo.kernels.wkv4.naive import wkv4_naive
 BACKENDS = ("auto", "triton", NAIVE)
 
 
-def wkv4(w: torch.Tensor, u: torch.Tensor, k: torch.Tensor, v: torch.Tensor, backend: str = "auto") -> torch.Tensor:
-    """w, u: (C,) decay rates and bonus; k, v: (B, L, C) -> y: (B, L, C) float32 (float64 stays on naive)."""
+def wkv4(w: torch.Tensor, u: torch.Tensor, k: torch.Tensor, v: torch.Tensor, r: torch.Tensor | None = None,
+         out_dtype: torch.dtype | None = None, backend: str = "auto") -> torch.Tensor:
+    """w, u: (C,) decay rates and bonus; k, v: (B, L, C) -> y: (B, L, C) float32 (float64 stays on naive). With the
+    receptance r (B, L, C), RWKV's gated output ``sigmoid(r) * y`` instead (the Triton kernels apply the gate on
+    the fly). ``out_dtype``: the output's dtype (None: y's)."""
     check_backend(backend, BACKENDS)
     fused = recorded_path("wkv4", backend, "triton", "zoo.kernels.wkv4.fused_recurrent", k,
                           "wkv4 on GPU (falls back to the PyTorch recurrence)")
-    return wkv4_naive(w, u, k, v) if fused is None else fused.wkv4(w, u, k, v)
+    if fused is not None:
+        return fused.wkv4(w, u, k, v, r, out_dtype or torch.float32)
+    y = wkv4_naive(w, u, k, v)
+    if r is not None:
+        y = torch.sigmoid(r.to(y.dtype)) * y
+    return y.to(out_dtype or y.dtype)
 
 
 __all__ = ["wkv4", "BACKENDS"]

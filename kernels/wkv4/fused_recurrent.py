@@ -7,6 +7,11 @@ k, v and the output gradient are read in their own dtypes (bf16 projections unde
 registers, and the gradients of k and v are written in those dtypes: no float32 copies of them before the kernels
 and no casts after. The math, ``y`` and the saved ``log D_t`` are float32 (the backward needs both exact), as are
 w and u.
+
+With a receptance r (RWKV's gate), the forward also writes ``sigmoid(r) * y`` in the output dtype asked for, and
+the backward reads r and writes its gradient: the gate's sigmoid, float32 product and casts were eager kernels
+over (B, L, C) tensors each way, an eighth of RWKV's GPU time at MQAR N=512, d=512 (H100 profile,
+``results/SPEED.md``).
 """
 from __future__ import annotations
 
@@ -18,7 +23,14 @@ from zoo.kernels.partial_sums import sum_rows
 
 
 @triton.jit
-def _wkv4_fwd_kernel(w_ptr, u_ptr, k_ptr, v_ptr, y_ptr, logd_ptr, L, C, BLOCK_C: tl.constexpr):
+def _sigmoid(x):
+    e = tl.exp(-tl.abs(x))  # <= 1: no overflow for large |x|
+    return tl.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
+
+
+@triton.jit
+def _wkv4_fwd_kernel(w_ptr, u_ptr, k_ptr, v_ptr, r_ptr, y_ptr, logd_ptr, out_ptr, L, C, BLOCK_C: tl.constexpr,
+                     HAS_R: tl.constexpr):
     b = tl.program_id(0)
     c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
     mask = c < C
@@ -35,7 +47,11 @@ def _wkv4_fwd_kernel(w_ptr, u_ptr, k_ptr, v_ptr, y_ptr, logd_ptr, L, C, BLOCK_C:
         e1 = tl.exp(p - q)
         e2 = tl.exp(u + kt - q)
         d = e1 * den + e2
-        tl.store(y_ptr + offs + t * C, (e1 * num + e2 * vt) / d, mask=mask)
+        yt = (e1 * num + e2 * vt) / d
+        tl.store(y_ptr + offs + t * C, yt, mask=mask)
+        if HAS_R:
+            rt = tl.load(r_ptr + offs + t * C, mask=mask, other=0.0).to(tl.float32)
+            tl.store(out_ptr + offs + t * C, (_sigmoid(rt) * yt).to(out_ptr.dtype.element_ty), mask=mask)
         tl.store(logd_ptr + offs + t * C, q + tl.log(d), mask=mask)
         q = tl.maximum(p - w, kt)
         e1 = tl.exp(p - w - q)
@@ -46,8 +62,8 @@ def _wkv4_fwd_kernel(w_ptr, u_ptr, k_ptr, v_ptr, y_ptr, logd_ptr, L, C, BLOCK_C:
 
 
 @triton.jit
-def _wkv4_bwd_kernel(w_ptr, u_ptr, k_ptr, v_ptr, y_ptr, logd_ptr, gy_ptr, gk_ptr, gv_ptr, gw_ptr, gu_ptr,
-                     L, C, BLOCK_C: tl.constexpr):
+def _wkv4_bwd_kernel(w_ptr, u_ptr, k_ptr, v_ptr, r_ptr, y_ptr, logd_ptr, gy_ptr, gk_ptr, gv_ptr, gr_ptr, gw_ptr,
+                     gu_ptr, L, C, BLOCK_C: tl.constexpr, HAS_R: tl.constexpr):
     b = tl.program_id(0)
     c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
     mask = c < C
@@ -70,6 +86,10 @@ def _wkv4_bwd_kernel(w_ptr, u_ptr, k_ptr, v_ptr, y_ptr, logd_ptr, gy_ptr, gk_ptr
         yt = tl.load(y_ptr + offs + t * C, mask=mask, other=0.0)
         ld = tl.load(logd_ptr + offs + t * C, mask=mask, other=0.0)
         gyt = tl.load(gy_ptr + offs + t * C, mask=mask, other=0.0).to(tl.float32)
+        if HAS_R:  # gyt is the gated output's gradient: dL/dr from it, then dL/dy
+            sr = _sigmoid(tl.load(r_ptr + offs + t * C, mask=mask, other=0.0).to(tl.float32))
+            tl.store(gr_ptr + offs + t * C, (gyt * yt * sr * (1.0 - sr)).to(gr_ptr.dtype.element_ty), mask=mask)
+            gyt = gyt * sr
         f = tl.exp(kt + m)  # <= 1: k_t's weight in any later denominator is at most that denominator
         gk = f * (vt * x1 - x2)
         gv = f * x1
@@ -97,34 +117,39 @@ def _grid(B: int, C: int, block: int):
 
 
 class WKV4Function(torch.autograd.Function):
-    """WKV forward and backward; k, v (and the output gradient) contiguous in any float dtype, w, u float32."""
+    """WKV forward and backward; k, v, r (and the output gradient) contiguous in any float dtype, w, u float32."""
 
     @staticmethod
-    def forward(ctx, w, u, k, v):
+    def forward(ctx, w, u, k, v, r, out_dtype):
         B, L, C = k.shape
         w, u = w.float().contiguous(), u.float().contiguous()
         k, v = k.contiguous(), v.contiguous()
+        r = None if r is None else r.contiguous()
         y = torch.empty(B, L, C, dtype=torch.float32, device=k.device)
         logd = torch.empty_like(y)
+        out = y if r is None else torch.empty(B, L, C, dtype=out_dtype, device=k.device)
         block = min(triton.next_power_of_2(C), 64)
-        _wkv4_fwd_kernel[_grid(B, C, block)](w, u, k, v, y, logd, L, C, BLOCK_C=block)
-        ctx.save_for_backward(w, u, k, v, y, logd)
+        _wkv4_fwd_kernel[_grid(B, C, block)](w, u, k, v, r, y, logd, out, L, C, BLOCK_C=block, HAS_R=r is not None)
+        ctx.save_for_backward(w, u, k, v, r, y, logd)
         ctx.block = block
-        return y
+        return out
 
     @staticmethod
     def backward(ctx, gy):
-        w, u, k, v, y, logd = ctx.saved_tensors
+        w, u, k, v, r, y, logd = ctx.saved_tensors
         B, L, C = k.shape
         gk, gv = torch.empty_like(k), torch.empty_like(v)
+        gr = None if r is None else torch.empty_like(r)
         partial = y.new_empty(2, B, C)  # per-sequence partial sums of gw and gu, both finished by one sum over B
         gw, gu = partial
-        _wkv4_bwd_kernel[_grid(B, C, ctx.block)](w, u, k, v, y, logd, gy.contiguous(), gk, gv, gw, gu,
-                                                 L, C, BLOCK_C=ctx.block)
-        return *sum_rows(partial), gk, gv
+        _wkv4_bwd_kernel[_grid(B, C, ctx.block)](w, u, k, v, r, y, logd, gy.contiguous(), gk, gv, gr, gw, gu,
+                                                 L, C, BLOCK_C=ctx.block, HAS_R=r is not None)
+        return *sum_rows(partial), gk, gv, gr, None
 
 
-def wkv4(w: torch.Tensor, u: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+def wkv4(w: torch.Tensor, u: torch.Tensor, k: torch.Tensor, v: torch.Tensor, r: torch.Tensor | None = None,
+         out_dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """Triton WKV with ``wkv4_naive``'s signature: w, u: (C,); k, v: (B, L, C) -> float32 y: (B, L, C); the
-    gradients of k and v come in their dtypes."""
-    return WKV4Function.apply(w, u, k, v)
+    gradients of k and v come in their dtypes. With r (B, L, C): ``sigmoid(r) * y`` in ``out_dtype`` (r's
+    gradient in r's dtype)."""
+    return WKV4Function.apply(w, u, k, v, r, out_dtype)

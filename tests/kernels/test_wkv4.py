@@ -2,8 +2,15 @@
 import pytest
 import torch
 
+from zoo.kernels.backend import last_backend
+from zoo.kernels.wkv4 import wkv4 as wkv4_entry
 from zoo.kernels.wkv4.fused_recurrent import wkv4
 from zoo.kernels.wkv4.naive import wkv4_naive
+
+
+def gated_naive(w, u, k, v, r):
+    """RWKV's receptance gate on the recurrence, as the mixer computed it before the kernels took it in."""
+    return torch.sigmoid(r) * wkv4_naive(w, u, k, v)
 
 
 def wkv4_explicit(w, u, k, v):
@@ -73,3 +80,46 @@ def test_triton_reads_bf16_keys_and_values_and_gives_bf16_gradients():
         torch.testing.assert_close(g, ref, rtol=1e-4, atol=1e-5)
     for g, ref in zip(got[3:], want[3:]):
         torch.testing.assert_close(g.float(), ref, rtol=2 ** -7, atol=1e-5)
+
+
+def _with_r(args, scale=2.0, seed=5):
+    g = torch.Generator().manual_seed(seed)
+    k = args[2]
+    r = (torch.randn(k.shape, generator=g) * scale).to(k.device, k.dtype).requires_grad_()
+    return [*args, r]
+
+
+@pytest.mark.parametrize("shape", [(2, 9, 5), (1, 17, 70)])
+def test_triton_gate_matches_the_gated_recurrence(shape):
+    """With r the kernels return sigmoid(r) * y and give r's gradient (large |r| included: no overflow)."""
+    args = _with_r(inputs(*shape, torch.float64, k_scale=3.0), scale=30.0)
+    gy = torch.randn(shape, dtype=torch.float64)
+    got = grads(lambda *a: wkv4(*a, out_dtype=torch.float64), args, gy)
+    for g, want in zip(got, grads(gated_naive, args, gy)):
+        torch.testing.assert_close(g.double(), want, rtol=1e-4, atol=1e-5)
+
+
+def test_entry_gates_on_either_path_in_the_dtype_asked_for():
+    args = _with_r(inputs(2, 9, 5, torch.float32, k_scale=3.0))
+    want = gated_naive(*args)
+    for backend in ("naive", "triton"):
+        out = wkv4_entry(*args, out_dtype=torch.bfloat16, backend=backend)
+        assert out.dtype == torch.bfloat16 and last_backend("wkv4") == backend
+        torch.testing.assert_close(out.float(), want, rtol=2 ** -7, atol=1e-5)
+    assert wkv4_entry(*args[:4], backend="naive").dtype == torch.float32  # no gate: y, float32
+
+
+@pytest.mark.gpu
+def test_triton_gate_runs_on_gpu_with_bf16_inputs():
+    """As RWKV's layer calls it under autocast: bf16 k, v, r; the gated output in bf16, r's gradient in bf16; against
+    the float32 recurrence on the same values."""
+    w, u, k, v, r = _with_r(inputs(4, 256, 256, torch.float32, device="cuda", k_scale=3.0))
+    low = [t.detach().bfloat16().requires_grad_() for t in (k, v, r)]
+    ref = [t.detach().float().requires_grad_() for t in low]
+    gy = torch.randn(4, 256, 256, device="cuda")
+    got = grads(lambda *a: wkv4_entry(*a, out_dtype=torch.bfloat16), [w, u, *low], gy)
+    assert last_backend("wkv4") == "triton"
+    want = grads(gated_naive, [w, u, *ref], gy)
+    assert got[0].dtype == torch.bfloat16 and got[-1].dtype == torch.bfloat16
+    for g, ref_g in zip(got, want):
+        torch.testing.assert_close(g.float(), ref_g, rtol=2e-2, atol=2e-2)

@@ -67,8 +67,10 @@ class RWKV4(nn.Module):
         # mixes in one pass each way, made in the dtype their projections read under autocast
         mixes = 1 - torch.stack([self.time_mix_k, self.time_mix_v, self.time_mix_r])
         xk, xv, xr = token_shift_mix(x, mixes, out_dtype=matmul_dtype(x))
-        y = wkv4(torch.exp(self.time_decay.float()), self.time_first.float(), self.key(xk), self.value(xv))
-        return self.output(torch.sigmoid(self.receptance(xr)) * y.to(x.dtype))
+        # the receptance gate sigmoid(r) * y inside WKV, its output in the dtype the output projection reads
+        y = wkv4(torch.exp(self.time_decay.float()), self.time_first.float(), self.key(xk), self.value(xv),
+                 r=self.receptance(xr), out_dtype=matmul_dtype(x) or x.dtype)
+        return self.output(y)
 
     def state_size(self, seq_len: int) -> int:
         """Values per sequence: WKV's numerator, denominator and running max exponent per channel, plus
