@@ -39,14 +39,29 @@ def save(run_dir: Path, state: dict) -> None:
 
 def to_host(state):
     """A copy of ``state`` (dicts, lists and tuples of tensors and plain values) that shares nothing the training
-    changes: every tensor copied to the host, every container new."""
-    if isinstance(state, torch.Tensor):
-        return state.detach().to("cpu", copy=True)
-    if isinstance(state, dict):
-        return {key: to_host(value) for key, value in state.items()}
-    if isinstance(state, (list, tuple)):
-        return type(state)(to_host(value) for value in state)
-    return state
+    changes: every tensor copied to the host, every container new. GPU tensors go to page-locked memory, all
+    copies queued at once and waited for once: copied one by one into pageable memory, the checkpoints of a group
+    at MQAR N=512, d=512 took 0.18 to 0.20 s an epoch of device-to-host copies (H100 profiles)."""
+    on_gpu = []
+
+    def copy(value):
+        if isinstance(value, torch.Tensor):
+            value = value.detach()
+            if not value.is_cuda:
+                return value.clone()
+            host = torch.empty(value.shape, dtype=value.dtype, pin_memory=True)
+            on_gpu.append(value.device)
+            return host.copy_(value, non_blocking=True)
+        if isinstance(value, dict):
+            return {key: copy(item) for key, item in value.items()}
+        if isinstance(value, (list, tuple)):
+            return type(value)(copy(item) for item in value)
+        return value
+
+    host_state = copy(state)
+    for device in set(on_gpu):
+        torch.cuda.synchronize(device)
+    return host_state
 
 
 class Writer:

@@ -132,3 +132,20 @@ def test_writer_hands_a_failed_write_to_the_training(tmp_path):
     with pytest.raises(OSError):
         writer.wait()
     writer.wait()  # raised once
+
+
+@pytest.mark.gpu
+def test_gpu_state_is_copied_to_the_host_before_the_training_goes_on():
+    """GPU tensors go to page-locked host memory with queued copies: each copy holds the values of the moment, and
+    the copies are complete when ``to_host`` returns."""
+    weights = torch.randn(1000, 257, device="cuda")
+    step = torch.tensor(3.0, device="cuda")
+    state = {"model": {"w": weights, "t": weights.t()}, "optimizer": [(step, 1)], "rng": torch.arange(3)}
+    copied = checkpoint.to_host(state)
+    expected = weights.cpu()
+    weights.mul_(2.0)
+    step.add_(1.0)
+    assert copied["model"]["w"].device.type == "cpu" and copied["model"]["w"].is_pinned()
+    assert torch.equal(copied["model"]["w"], expected) and torch.equal(copied["model"]["t"], expected.t())
+    assert copied["optimizer"][0][0].item() == 3.0 and copied["optimizer"][0][1] == 1
+    assert torch.equal(copied["rng"], torch.arange(3))
