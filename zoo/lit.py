@@ -119,6 +119,7 @@ class MixerLM(L.LightningModule):
         # per member and segment: zoo.evaluation.SUMS
         self.test_sums = torch.zeros(len(self.models), len(self.segment_names), len(SUMS), device=self.device,
                                     dtype=torch.float64)
+        self.test_started = time.perf_counter()
 
     def validation_step(self, batch, batch_idx):
         inputs, positions, targets, segment = batch
@@ -127,7 +128,8 @@ class MixerLM(L.LightningModule):
     def on_validation_epoch_end(self) -> None:
         if self.trainer.sanity_checking:
             return
-        all_sums = self.test_sums.cpu()
+        all_sums = self.test_sums.cpu()  # waits for the test pass: its seconds are the GPU's too
+        test_seconds = time.perf_counter() - self.test_started
         t = self.train_cfg
         for i, sums in enumerate(all_sums):
             if self.outcomes[i] is not None:  # stopped before this validation: not evaluated
@@ -140,7 +142,7 @@ class MixerLM(L.LightningModule):
                     metrics[f"test/acc/{name}"] = s[1] / s[2]
             metrics = {k: float(v) for k, v in metrics.items()}
             entry = {"epoch": self.epoch, **metrics, "train_seconds": self.epoch_seconds,
-                     "train/loss": self.train_loss[i]}
+                     "test_seconds": test_seconds, "train/loss": self.train_loss[i]}
             self.histories[i].append(entry)
             if self.on_epoch is not None:
                 self.on_epoch(i, entry)

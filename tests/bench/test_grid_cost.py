@@ -47,6 +47,23 @@ def test_each_group_is_priced_from_its_cells_timing(folders):
     assert (a["epochs"], a["run_epochs"], b["epochs"], b["run_epochs"]) == (3, 4, 2, 4)
 
 
+def test_recorded_test_passes_price_a_later_epoch_and_the_rest_is_paid_once(folders):
+    """With ``test_seconds`` in the history (zoo keeps it now): eval is a later epoch's test pass, and the first
+    epoch's extra test time and the fit's other seconds are paid once: the fit's 1 s outside training, less two
+    later test passes of 0.1 s."""
+    protocol, timing = folders
+    records = [json.loads(line) for line in (timing / "results.jsonl").read_text().splitlines()]
+    for r in records:
+        k = r["train_seconds"] / 8.0
+        r["history"][0]["test_seconds"], r["history"][1]["test_seconds"] = 0.5 * k, 0.1 * k
+    (timing / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    a = {g["mixer"]: g for g in grid_cost.grid_cost(protocol, timing)["groups"]}["a"]
+    assert a["eval_s"] == pytest.approx(0.1) and a["epoch_s"] == 2.0
+    assert a["first_s"] == pytest.approx(3.0 + (8.0 - 7.0 - 0.2))
+    # upper: 2 + 3.8 + 3 epochs x 2.1 s
+    assert a["upper_s"] == pytest.approx(12.1)
+
+
 def test_a_cell_without_timing_is_named(folders, tmp_path):
     protocol, timing = folders
     lines = (timing / "results.jsonl").read_text().splitlines()

@@ -10,9 +10,12 @@ group of the finished sweep (the runs of one cell that differ only in lr), with 
 a_e the members still training in epoch e, from the timing records of that cell:
 
     startup  the group's seconds outside training (data, models, worker set-up): wall seconds - training seconds
-    first    what the first epoch costs above a later one (CUDA graph capture, autotuning, compilation)
+    first    what the first epoch costs above a later one (CUDA graph capture, autotuning, compilation), and the
+             fit's seconds outside its epochs' training and test passes (Lightning, the checkpoints' copies and
+             the wait for the last one's write)
     epoch    a later epoch's training seconds, all G members training
-    eval     the test pass and logging of an epoch: training seconds not inside an epoch's training, per epoch
+    eval     a later epoch's test pass (``test_seconds`` in the history); records written before zoo kept it: the
+             fit's seconds not inside an epoch's training, per epoch, one-time costs included
 
     upper = startup + first + E (epoch + eval)                      members that stopped still cost (they do not)
     lower = startup + first + sum_e (epoch + eval) a_e / G          a group costs in proportion to its members
@@ -62,8 +65,15 @@ def cell_timing(records: list[dict]) -> dict:
     if len(epochs) < 2:
         raise ValueError(f"timing run {r['id']} trained {len(epochs)} epoch(s): the timing sweep needs at least 2")
     epoch = statistics.median(epochs[1:])
-    return {"group_size": len(records), "epoch": epoch, "first": max(0.0, epochs[0] - epoch),
-            "eval": max(0.0, (r["train_seconds"] - sum(epochs)) / len(epochs)),
+    first = max(0.0, epochs[0] - epoch)
+    outside = r["train_seconds"] - sum(epochs)  # the fit's seconds outside the epochs' training
+    tests = [h.get("test_seconds") for h in r["history"]]
+    if None in tests:
+        evaluation = max(0.0, outside / len(epochs))
+    else:  # a later epoch's test pass; the first one's extra (graph capture) and the rest are paid once
+        evaluation = statistics.median(tests[1:])
+        first += max(0.0, outside - evaluation * len(epochs))
+    return {"group_size": len(records), "epoch": epoch, "first": first, "eval": evaluation,
             "startup": max(0.0, r["wall_seconds"] - r["train_seconds"])}
 
 
