@@ -4,6 +4,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from group_batches import random_batches
 from zoo.evaluation import SUMS, EvalPass, batch_sums, macro_accuracy
 from zoo.model import LanguageModel
 from zoo.step import Member
@@ -17,17 +18,6 @@ def _group(device, n=3, dropout=0.0):
                               dropout=dropout).to(device).eval()
         members.append(Member(model, model, torch.optim.SGD(model.parameters(), lr=0.0)))
     return members
-
-
-def _batches(device, n=8, shapes=((8, 16, 3), (5, 16, 3))):
-    g = torch.Generator().manual_seed(1)
-    for i in range(n):
-        B, N, K = shapes[i % len(shapes)]
-        x = torch.randint(0, 64, (B, N), generator=g)
-        pos = torch.randint(0, N, (B, K), generator=g)
-        y = torch.randint(0, 64, (B, K), generator=g)
-        y[0, 0] = -100
-        yield x.to(device), pos.to(device), y.to(device)
 
 
 def test_batch_sums_are_the_metrics_parts():
@@ -47,7 +37,7 @@ def test_batch_sums_are_the_metrics_parts():
 def test_each_member_gets_its_own_sums_and_a_stopped_member_zeros():
     members = _group(torch.device("cpu"))
     test = EvalPass(members, bf16=False, graphs=False)
-    x, pos, y = next(_batches(torch.device("cpu")))
+    x, pos, y = next(random_batches(torch.device("cpu")))
     with torch.inference_mode():
         sums = test(x, pos, y).clone()
     for member, row in zip(members, sums):
@@ -69,7 +59,7 @@ def test_graph_replays_give_the_eager_sums():
     device = torch.device("cuda")
     members = _group(device)
     eager, graphed = EvalPass(members, bf16=True, graphs=False), EvalPass(members, bf16=True, graphs=True)
-    batches = list(_batches(device, n=12))
+    batches = list(random_batches(device, n=12))
     with torch.inference_mode():
         for batch in batches:
             expected = eager(*batch).clone()

@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+from group_batches import random_batches
 from zoo.model import LanguageModel
 from zoo.step import Member, TrainStep
 
@@ -19,20 +20,9 @@ def _setup(graphs: bool, device, lrs=(1e-2,), dropout=0.0, bf16=False, grad_clip
     return [m.model for m in members], TrainStep(members, bf16=bf16, grad_clip=grad_clip, graphs=graphs)
 
 
-def _batches(device, n=12, shapes=((8, 16, 3), (5, 16, 3))):
-    g = torch.Generator().manual_seed(1)
-    for i in range(n):
-        B, N, K = shapes[i % len(shapes)]
-        x = torch.randint(0, 64, (B, N), generator=g)
-        pos = torch.randint(0, N, (B, K), generator=g)
-        y = torch.randint(0, 64, (B, K), generator=g)
-        y[0, 0] = -100
-        yield x.to(device), pos.to(device), y.to(device)
-
-
 def _train(graphs, device, lrs=(1e-2,)):
     models, step = _setup(graphs, device, lrs)
-    losses = [step(*b).tolist() for b in _batches(device)]
+    losses = [step(*b).tolist() for b in random_batches(device)]
     return models, losses, step
 
 
@@ -46,7 +36,7 @@ def test_eager_step_sums_losses_per_member():
 
 def test_deactivated_member_stops_changing():
     models, step = _setup(False, torch.device("cpu"), lrs=(1e-2, 1e-2))
-    batches = list(_batches(torch.device("cpu"), n=4))
+    batches = list(random_batches(torch.device("cpu"), n=4))
     step(*batches[0])
     step.deactivate(1)
     frozen = [p.clone() for p in models[1].parameters()]
@@ -76,7 +66,7 @@ def test_graphs_are_recorded_again_after_a_member_stops(capfd):
     capture then broke every later dropout). Dropout on, as in training; the survivors keep replaying graphs."""
     device = torch.device("cuda")
     models, step = _setup(True, device, lrs=(1e-2, 3e-3, 1e-3), dropout=0.1, bf16=True, grad_clip=None)
-    batches = list(_batches(device, n=12, shapes=((8, 16, 3),)))
+    batches = list(random_batches(device, n=12, shapes=((8, 16, 3),)))
     for b in batches[:6]:
         step(*b)
     assert len(step.recorded) == 1
@@ -98,7 +88,7 @@ def test_recording_again_does_not_grow_reserved_memory():
     out of memory. Now the streams are the TrainStep's own and a stop gives the dropped pool back."""
     device = torch.device("cuda")
     models, step = _setup(True, device, lrs=(1e-2, 5e-3, 3e-3, 1e-3), bf16=True)
-    batch = next(_batches(device, n=1, shapes=((512, 16, 3),)))
+    batch = next(random_batches(device, n=1, shapes=((512, 16, 3),)))
     for _ in range(5):
         step(*batch)
     torch.cuda.synchronize()
