@@ -20,6 +20,7 @@ import triton
 import triton.language as tl
 
 from zoo.kernels.layout import last_dim_contiguous
+from zoo.kernels.stable import sigmoid_of
 
 TILE_ELEMS = 4096  # elements of one [BLOCK_T, BLOCK_H] tile
 TARGET_PROGRAMS = 2048  # enough chunks in flight to fill a GPU's memory pipes
@@ -31,8 +32,7 @@ def _softplus_and_sigmoid(x):
     e = tl.exp(-tl.abs(x))  # in (0, 1]
     log1p_e = tl.where(e < 1e-4, e * (1.0 - 0.5 * e), tl.log(1.0 + e))
     softplus = tl.maximum(x, 0.0) + log1p_e
-    sigmoid = tl.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
-    return softplus, sigmoid
+    return softplus, sigmoid_of(x, e)
 
 
 @triton.jit

@@ -74,6 +74,7 @@ import triton
 import triton.language as tl
 
 from zoo.kernels.partial_sums import sum_first
+from zoo.kernels.stable import sigmoid, sigmoid_of
 
 # Largest float32 state tensor a call keeps for the backward in "auto": half's (Bt, L // 2 + 1, N, E) or so; above
 # it the chunked mode keeps 1/CHUNK of every state. The docstring's shapes keep 0.5 and 2.2 GB a layer. The budget is
@@ -108,17 +109,6 @@ def _states_mode(Bsz: int, L: int, E: int, N: int, states: str) -> str:
 
 
 @triton.jit
-def _sigmoid_of(x, e):
-    """sigmoid(x) given e = exp(-|x|), in (0, 1]: no overflow for large |x|."""
-    return tl.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
-
-
-@triton.jit
-def _sigmoid(x):
-    return _sigmoid_of(x, tl.exp(-tl.abs(x)))
-
-
-@triton.jit
 def _softplus(x):
     """(softplus(x), sigmoid(x)): log(1 + exp(x)) as torch's softplus (x itself above 20), accurate where exp(x) is
     far below 1, and its derivative, from one exp."""
@@ -126,7 +116,7 @@ def _softplus(x):
     w = 1.0 + e
     # log1p(e): log(w) * e / (w - 1) divides out the rounding of 1 + e (and is e where 1 + e rounds to 1)
     log1p = tl.where(w == 1.0, e, tl.log(w) * e / (w - 1.0))
-    return tl.where(x > 20.0, x, tl.maximum(x, 0.0) + log1p), _sigmoid_of(x, e)
+    return tl.where(x > 20.0, x, tl.maximum(x, 0.0) + log1p), sigmoid_of(x, e)
 
 
 @triton.jit
@@ -208,7 +198,7 @@ def _scan_fwd_kernel(u_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr,
             if HAS_D:
                 y += Dskip * ut
             if HAS_Z:
-                y *= zt * _sigmoid(zt)
+                y *= zt * sigmoid(zt)
             tl.store(y_ptr + (b * L + t) * E + e, y, mask=emask)
 
 
@@ -311,7 +301,7 @@ def _scan_bwd_kernel(u_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr,
                 dtt = dt_in
             row = (b * L + t) * E + e
             if HAS_Z:
-                sz = _sigmoid(zt)
+                sz = sigmoid(zt)
                 y = tl.sum(h * Ct[:, None], axis=0)  # recomputed, not saved: one (N, BLOCK_E) product
                 if HAS_D:
                     y += Dskip * ut

@@ -23,12 +23,7 @@ import triton
 import triton.language as tl
 
 from zoo.kernels.partial_sums import sum_rows
-
-
-@triton.jit
-def _sigmoid(x):
-    e = tl.exp(-tl.abs(x))  # <= 1: no overflow for large |x|
-    return tl.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
+from zoo.kernels.stable import sigmoid
 
 
 @triton.jit
@@ -68,7 +63,7 @@ def _wkv4_fwd_kernel(w_ptr, u_ptr, k_ptr, v_ptr, r_ptr, y_ptr, logd_ptr, out_ptr
         yt = (e1 * num + e2 * vt) / d
         tl.store(y_ptr + offs + t * C, yt, mask=mask)
         if HAS_R:
-            tl.store(out_ptr + offs + t * C, (_sigmoid(rt) * yt).to(out_ptr.dtype.element_ty), mask=mask)
+            tl.store(out_ptr + offs + t * C, (sigmoid(rt) * yt).to(out_ptr.dtype.element_ty), mask=mask)
         tl.store(logd_ptr + offs + t * C, q + tl.log(d), mask=mask)
         q = tl.maximum(p - w, kt)
         e1 = tl.exp(p - w - q)
@@ -110,7 +105,7 @@ def _wkv4_bwd_kernel(w_ptr, u_ptr, k_ptr, v_ptr, r_ptr, y_ptr, logd_ptr, gy_ptr,
         ld_next = tl.load(logd_ptr + offs + tp * C, mask=mask, other=0.0)
         gy_next = tl.load(gy_ptr + offs + tp * C, mask=mask, other=0.0).to(tl.float32)
         if HAS_R:  # gyt is the gated output's gradient: dL/dr from it, then dL/dy
-            sr = _sigmoid(rt)
+            sr = sigmoid(rt)
             tl.store(gr_ptr + offs + t * C, (gyt * yt * sr * (1.0 - sr)).to(gr_ptr.dtype.element_ty), mask=mask)
             gyt = gyt * sr
         f = tl.exp(kt + m)  # <= 1: k_t's weight in any later denominator is at most that denominator
