@@ -46,7 +46,10 @@ def _bias_grad_column_sum_kernel(X, PARTIAL, M, N, s_row, rows_per_program,
 
 
 def column_sum(x: torch.Tensor) -> torch.Tensor:
-    """x [M, N] (unit column stride) summed over its rows -> float32 [N], in a fixed order."""
+    """x [M, N] (unit column stride) summed over its rows -> float32 [N], in a fixed order (float64 x: PyTorch's
+    float64 sum, which the float32 kernel would round)."""
+    if x.dtype == torch.float64:
+        return x.sum(0)
     M, N = x.shape
     if M == 0:
         return torch.zeros(N, dtype=torch.float32, device=x.device)

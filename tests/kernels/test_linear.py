@@ -19,12 +19,14 @@ def test_column_sum_matches_torch(M, N):
     torch.testing.assert_close(got, x.sum(0), rtol=1e-5, atol=1e-5)
 
 
-def test_column_sum_reads_strided_rows_and_bf16_and_an_empty_input():
+def test_column_sum_reads_strided_rows_bf16_an_empty_input_and_float64():
     wide = torch.randn(50, 30)
     torch.testing.assert_close(column_sum(wide[:, 5:25]), wide[:, 5:25].sum(0), rtol=1e-5, atol=1e-5)
     half = wide.bfloat16()
     torch.testing.assert_close(column_sum(half), half.float().sum(0), rtol=1e-5, atol=1e-5)
     assert torch.equal(column_sum(torch.empty(0, 4)), torch.zeros(4))
+    exact = torch.randn(300, 7, dtype=torch.float64)
+    assert column_sum(exact).dtype == torch.float64 and torch.equal(column_sum(exact), exact.sum(0))
 
 
 def run(name, x, w, b, dy, bf16=False):
