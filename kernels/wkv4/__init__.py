@@ -22,6 +22,8 @@ def wkv4(w: torch.Tensor, u: torch.Tensor, k: torch.Tensor, v: torch.Tensor, r: 
     receptance r (B, L, C), RWKV's gated output ``sigmoid(r) * y`` instead (the Triton kernels apply the gate on
     the fly). ``out_dtype``: the output's dtype (None: y's)."""
     check_backend(backend, BACKENDS)
+    if r is not None and r.shape != k.shape:
+        raise ValueError(f"r.shape={tuple(r.shape)} is not valid: expected k's shape {tuple(k.shape)} (B, L, C)")
     fused = recorded_path("wkv4", backend, "triton", "zoo.kernels.wkv4.fused_recurrent", k,
                           "wkv4 on GPU (falls back to the PyTorch recurrence)")
     if fused is not None:

@@ -107,6 +107,9 @@ def test_entry_gates_on_either_path_in_the_dtype_asked_for():
         assert out.dtype == torch.bfloat16 and last_backend("wkv4") == backend
         torch.testing.assert_close(out.float(), want, rtol=2 ** -7, atol=1e-5)
     assert wkv4_entry(*args[:4], backend="naive").dtype == torch.float32  # no gate: y, float32
+    for backend in ("naive", "triton"):
+        with pytest.raises(ValueError, match=r"r.shape=\(2, 9, 4\) is not valid: expected k's shape \(2, 9, 5\)"):
+            wkv4_entry(*args[:4], r=args[4][..., :4], backend=backend)
 
 
 @pytest.mark.gpu
