@@ -119,6 +119,39 @@ def test_the_gpus_section_warms_the_caches_before_it_times_any_count(tiny_sweep,
     assert "warm-up (one epoch of the slice on 4 GPUs, untimed" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("widths, slice_widths", [(None, [16]), ("32,16", [16, 32])])
+def test_the_gpus_section_times_the_slice_of_the_widths_asked(tiny_sweep, monkeypatch, widths, slice_widths):
+    """The slice is the bench's mixers and lengths at the reference width, or at every width of --widths."""
+    import torch
+
+    from zoo.bench import gpu_scaling
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "two pretended GPUs")
+    slices = []
+
+    def sweep(sweep_file, only, epochs, devices, cuda):
+        slices.append(only)
+        return {"devices": devices, "wall_s": 1.0, "completed": 4, "exit": 0, "groups_s": 1.0, "outside_s": 0.5,
+                "error": ""}
+
+    monkeypatch.setattr(gpu_scaling, "sweep_wall_seconds", sweep)
+    argv = ["--sweep", tiny_sweep, "--sections", "gpus", "--gpus", "2", "--mixers", "swa"]
+    assert bench.main(argv + (["--widths", widths] if widths else [])) == 0
+    expected = ["model.mixer=swa", "task.params.input_seq_len=16", *(f"model.d_model={d}" for d in slice_widths)]
+    assert slices == [expected] * 3  # the warm-up, 1 GPU, 2 GPUs
+
+
+@pytest.mark.parametrize("flag, value, allowed", [("--widths", "16,48", "16,32"), ("--lengths", "32", "16")])
+def test_lengths_and_widths_must_be_the_sweeps(tiny_sweep, capsys, flag, value, allowed):
+    with pytest.raises(SystemExit) as exit_info:
+        bench.main(["--sweep", tiny_sweep, "--sections", "gpus", flag, value])
+    assert exit_info.value.code == 2
+    bad = value.split(",")[-1]
+    assert f"{flag}={bad} is not valid: expected values of the sweep's grid, {allowed}" in capsys.readouterr().err
+
+
 def test_profile_takes_any_grid_cell_as_a_group_of_the_sweeps_learning_rates():
     import argparse
 

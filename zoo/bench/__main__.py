@@ -8,9 +8,10 @@ Sections (``--sections``, default all):
   epochs   seconds per epoch of every mixer at every N of the sweep (d_model=128), one run and a group of
            the sweep's learning rates, and width factors
   scaling  aggregate epochs/s of 1, 2, 4, 8 concurrent runs on one GPU
-  gpus     wall time of one slice of the sweep (the bench's mixers and lengths at d_model=128, the lrs as groups)
-           through python -m zoo.sweep on the first 1, 2, 4, 8 GPUs (--gpus), and the speedup over one GPU
-           (skipped on a machine with one GPU), after one untimed epoch of the slice that fills the kernel caches
+  gpus     wall time of one slice of the sweep (the bench's mixers and lengths at d_model=128, or at --widths, the
+           lrs as groups) through python -m zoo.sweep on the first 1, 2, 4, 8 GPUs (--gpus), and the speedup over
+           one GPU (skipped on a machine with one GPU), after one untimed epoch of the slice that fills the kernel
+           caches
   grid     projected wall time of the whole sweep on one GPU, in groups (needs epochs and scaling)
 """
 from __future__ import annotations
@@ -37,6 +38,17 @@ def _table(title: str, header: list[str], rows: list[list]) -> str:
     return "\n".join(lines)
 
 
+def _chosen(parser: argparse.ArgumentParser, flag: str, asked: list[int] | None, values) -> list[int]:
+    """The sweep's ``values`` that ``asked`` picks (all of them when None), sorted; a value the sweep lacks is an
+    error naming the flag, the value and the allowed ones (exit 2)."""
+    allowed = sorted(int(v) for v in values)
+    for value in asked or []:
+        if value not in allowed:
+            parser.error(f"{flag}={value} is not valid: expected values of the sweep's grid, "
+                         f"{','.join(map(str, allowed))}")
+    return [v for v in allowed if not asked or v in asked]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m zoo.bench", description=__doc__.splitlines()[0])
     parser.add_argument("--sections", default=",".join(SECTIONS), help=f"comma list of {SECTIONS}")
@@ -46,7 +58,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=positive_counts, default="1,2,4,8", help="concurrent runs for the scaling section")
     parser.add_argument("--gpus", type=positive_counts, default="1,2,4,8",
                         help="GPU counts of the gpus section, beside 1 (those above this machine's count are left out)")
-    parser.add_argument("--lengths", help="comma list of N to time (default: every N of the sweep)")
+    parser.add_argument("--lengths", type=positive_counts,
+                        help="comma list of N to time (default: every N of the sweep)")
+    parser.add_argument("--widths", type=positive_counts,
+                        help="comma list of d_model: the epochs section's width factors (default: every d_model of the "
+                             "sweep) and the gpus section's slice (default: d_model=128 alone)")
     parser.add_argument("--mixers", help="comma list of mixers to time (default: the sweep's)")
     parser.add_argument("--step-shape", default="256,256,128", help="B,N,d_model of the steps section")
     parser.add_argument("--json", help="also write all numbers to this file")
@@ -62,8 +78,8 @@ def main(argv: list[str] | None = None) -> int:
     grid = spec.grid
     mixers = args.mixers.split(",") if args.mixers else list(grid["model.mixer"])
     shapes = {s["task.params.input_seq_len"]: dict(s) for s in grid["shape"]}
-    lengths = sorted(n for n in shapes if not args.lengths or str(n) in args.lengths.split(","))
-    widths = sorted(grid["model.d_model"])
+    lengths = _chosen(parser, "--lengths", args.lengths, shapes)
+    widths = _chosen(parser, "--widths", args.widths, grid["model.d_model"])
     lrs = list(grid["train.lr"])
     ref_n = 256 if 256 in lengths else lengths[0]  # the reference cell: Zoology's N=256, d=128
     ref_d = 128 if 128 in widths else widths[0]
@@ -155,8 +171,9 @@ def main(argv: list[str] | None = None) -> int:
     if "gpus" in sections:
         from zoo.bench.gpu_scaling import device_counts, sweep_wall_seconds, warm_caches
 
+        slice_widths = widths if args.widths else [ref_d]
         only = ([f"model.mixer={m}" for m in mixers] + [f"task.params.input_seq_len={n}" for n in lengths]
-                + [f"model.d_model={ref_d}"])
+                + [f"model.d_model={d}" for d in slice_widths])
         # CPU workers stand in for GPUs at any count: on a machine without CUDA the section checks that it runs
         available = torch.cuda.device_count() if cuda else max(args.gpus)
         counts = device_counts(args.gpus, available)
@@ -181,7 +198,8 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"zoo.sweep on {k} device(s) exited {r['exit']}:\n{r['error']}", flush=True)
             out["gpus"] = rows
             unit = "GPUs" if cuda else "CPU workers (no CUDA device: not a GPU measurement)"
-            print(_table(f"sweep wall time over {unit}: {len(mixers)} mixers x N in {lengths}, d_model={ref_d}, "
+            print(_table(f"sweep wall time over {unit}: {len(mixers)} mixers x N in {lengths} x d_model in "
+                         f"{slice_widths}, "
                          f"the {len(lrs)} lrs as groups, {args.epochs} epochs, early stop off, python -m zoo.sweep",
                          ["devices", "runs done", "wall s", "x one", "groups s", "outside s", "exit"], rows),
                   flush=True)
