@@ -71,9 +71,6 @@ def main(argv: list[str] | None = None) -> int:
     bad = [s for s in sections if s not in SECTIONS]
     if bad:
         parser.error(f"--sections={bad[0]!r} is not valid: expected a comma list of {', '.join(SECTIONS)}")
-    cuda = torch.cuda.is_available()
-    device = torch.cuda.get_device_name() if cuda else "cpu"
-    print(f"device: {device}, torch {torch.__version__}" + ("" if cuda else " (no CUDA device: CPU timings)"))
     spec = OmegaConf.load(args.sweep)
     grid = spec.grid
     mixers = args.mixers.split(",") if args.mixers else list(grid["model.mixer"])
@@ -84,6 +81,9 @@ def main(argv: list[str] | None = None) -> int:
     ref_n = 256 if 256 in lengths else lengths[0]  # the reference cell: Zoology's N=256, d=128
     ref_d = 128 if 128 in widths else widths[0]
     lr = TIMING_LR if TIMING_LR in lrs else lrs[0]
+    cuda = torch.cuda.is_available()
+    device = torch.cuda.get_device_name() if cuda else "cpu"
+    print(f"device: {device}, torch {torch.__version__}" + ("" if cuda else " (no CUDA device: CPU timings)"))
 
     def config(mixer, n, d, model=None, **train):
         settings = {**shapes[n], **(model or {})}
