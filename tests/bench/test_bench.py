@@ -49,13 +49,33 @@ def test_every_section_runs(tiny_sweep, tmp_path, monkeypatch, capsys):
         assert 0 < groups_s <= devices * wall and 0 < outside_s < wall
 
 
-def test_the_gpus_section_needs_two_gpus(tiny_sweep, monkeypatch, capsys):
-    """On a machine with one GPU there is nothing to compare: the section says so and trains nothing."""
+def pretend_gpus(monkeypatch, n: int) -> None:
+    """torch.cuda says this machine has ``n`` GPUs."""
     import torch
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
-    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "one pretended GPU")
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: n)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: f"{n} pretended GPU(s)")
+
+
+def record_sweeps(monkeypatch) -> list[tuple]:
+    """The gpus section's sweeps, recorded as (only, epochs, devices, cuda) instead of trained."""
+    from zoo.bench import gpu_scaling
+
+    calls = []
+
+    def sweep(sweep_file, only, epochs, devices, cuda):
+        calls.append((only, epochs, devices, cuda))
+        return {"devices": devices, "wall_s": 10.0 / devices, "completed": 4, "exit": 0, "groups_s": 8.0,
+                "outside_s": 1.0, "error": ""}
+
+    monkeypatch.setattr(gpu_scaling, "sweep_wall_seconds", sweep)
+    return calls
+
+
+def test_the_gpus_section_needs_two_gpus(tiny_sweep, monkeypatch, capsys):
+    """On a machine with one GPU there is nothing to compare: the section says so and trains nothing."""
+    pretend_gpus(monkeypatch, 1)
     assert bench.main(["--sweep", tiny_sweep, "--sections", "gpus"]) == 0
     assert "gpus section skipped: it compares 1 GPU with more (--gpus 1,2,4,8), and this machine has 1" in \
         capsys.readouterr().out
@@ -99,48 +119,22 @@ def test_profile_sorts_kernels_into_kinds_of_work(kernel, kind):
 
 def test_the_gpus_section_warms_the_caches_before_it_times_any_count(tiny_sweep, monkeypatch, capsys):
     """On GPUs, one untimed epoch on every GPU used comes first, then each count with the asked epochs."""
-    import torch
-
-    from zoo.bench import gpu_scaling
-
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
-    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "four pretended GPUs")
-    calls = []
-
-    def sweep(sweep_file, only, epochs, devices, cuda):
-        calls.append((epochs, devices, cuda))
-        return {"devices": devices, "wall_s": 10.0 / devices, "completed": 4, "exit": 0, "groups_s": 8.0,
-                "outside_s": 1.0, "error": ""}
-
-    monkeypatch.setattr(gpu_scaling, "sweep_wall_seconds", sweep)
+    pretend_gpus(monkeypatch, 4)
+    calls = record_sweeps(monkeypatch)
     assert bench.main(["--sweep", tiny_sweep, "--sections", "gpus", "--gpus", "2,4", "--epochs", "3"]) == 0
-    assert calls == [(1, 4, True), (3, 1, True), (3, 2, True), (3, 4, True)]
+    assert [call[1:] for call in calls] == [(1, 4, True), (3, 1, True), (3, 2, True), (3, 4, True)]
     assert "warm-up (one epoch of the slice on 4 GPUs, untimed" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("widths, slice_widths", [(None, [16]), ("32,16", [16, 32])])
 def test_the_gpus_section_times_the_slice_of_the_widths_asked(tiny_sweep, monkeypatch, widths, slice_widths):
     """The slice is the bench's mixers and lengths at the reference width, or at every width of --widths."""
-    import torch
-
-    from zoo.bench import gpu_scaling
-
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
-    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "two pretended GPUs")
-    slices = []
-
-    def sweep(sweep_file, only, epochs, devices, cuda):
-        slices.append(only)
-        return {"devices": devices, "wall_s": 1.0, "completed": 4, "exit": 0, "groups_s": 1.0, "outside_s": 0.5,
-                "error": ""}
-
-    monkeypatch.setattr(gpu_scaling, "sweep_wall_seconds", sweep)
+    pretend_gpus(monkeypatch, 2)
+    calls = record_sweeps(monkeypatch)
     argv = ["--sweep", tiny_sweep, "--sections", "gpus", "--gpus", "2", "--mixers", "swa"]
     assert bench.main(argv + (["--widths", widths] if widths else [])) == 0
     expected = ["model.mixer=swa", "task.params.input_seq_len=16", *(f"model.d_model={d}" for d in slice_widths)]
-    assert slices == [expected] * 3  # the warm-up, 1 GPU, 2 GPUs
+    assert [call[0] for call in calls] == [expected] * 3  # the warm-up, 1 GPU, 2 GPUs
 
 
 @pytest.mark.parametrize("flag, value, allowed", [("--widths", "16,48", "16,32"), ("--lengths", "32", "16")])
