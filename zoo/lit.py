@@ -89,10 +89,14 @@ class MixerLM(L.LightningModule):
         """The run's epoch (counting the epochs before a resume)."""
         return self.current_epoch + self.epoch_offset
 
-    def _stop(self, i: int, status: str, reason: str) -> None:
-        self.outcomes[i] = (status, reason)
+    def _deactivate(self, i: int) -> None:
+        """Member ``i`` neither trains nor is tested any more."""
         self.step_fn.deactivate(i)
         self.test_fn.deactivate(i)
+
+    def _stop(self, i: int, status: str, reason: str) -> None:
+        self.outcomes[i] = (status, reason)
+        self._deactivate(i)
         if all(o is not None for o in self.outcomes):
             self.trainer.should_stop = True
 
@@ -202,6 +206,5 @@ class MixerLM(L.LightningModule):
             members[i].optimizer.load_state_dict(state["optimizer"])
             self.schedulers_[i].load_state_dict(state["scheduler"])
             if self.outcomes[i] is not None:
-                self.step_fn.deactivate(i)
-                self.test_fn.deactivate(i)
+                self._deactivate(i)
         return [m.optimizer for m in members]
