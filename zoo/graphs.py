@@ -14,6 +14,8 @@ Shapes: inputs (B, N) int64; positions, targets (B, K) int64.
 """
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
 WARMUP_CALLS = 3  # eager calls per new shape before recording (lets cuBLAS/cuDNN pick and allocate)
@@ -104,8 +106,13 @@ class GroupCall:
             graph.capture_begin(*(() if self.pool is None else (self.pool,)))
             try:
                 self._forked(*static)
-            finally:
-                graph.capture_end()
+            except BaseException:
+                # the members' streams were never joined, so ending the capture fails too ("capturing stream has
+                # unjoined work"); it must still end, and the error worth reporting is the member's
+                with contextlib.suppress(RuntimeError):
+                    graph.capture_end()
+                raise
+            graph.capture_end()
         torch.cuda.current_stream().wait_stream(capture)
         self.pool = graph.pool()
         self.recorded[key] = (graph, static)
@@ -126,11 +133,18 @@ class GroupCall:
                 return
             try:
                 self._record(key, inputs, positions, targets)
-            except RuntimeError as err:  # a mixer that syncs with the host or allocates per call
-                print(f"zoo: CUDA graph capture failed, {self.doing} eagerly ({str(err).splitlines()[0]})")
+                failure = None
+            except RuntimeError as err:  # a mixer that syncs with the host or allocates per call, or memory
+                failure = str(err).splitlines()[0]
+            if failure is not None:
+                # outside the except clause: the error's traceback held the failed graph and the memory its capture
+                # took, which the eager calls need when the capture ran out of memory (the members' streams cannot
+                # share memory inside a graph, so a group's graph needs more than its eager calls)
+                print(f"zoo: CUDA graph capture failed, {self.doing} eagerly ({failure})")
                 self.graphs = False
                 self._drop_graphs()
                 torch.cuda.synchronize()
+                torch.cuda.empty_cache()
                 _release_generator_from_capture(inputs.device)
                 self._eager(inputs, positions, targets)
                 return

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import logging
 import sys
 import time
@@ -57,7 +58,28 @@ def train_group(cfgs: list[DictConfig], run_dirs: list[Path], device: torch.devi
 
     ``on_member_done(i, record)`` receives member ``i``'s final record as soon as it stops (early stop, divergence,
     timeout) while others train on, so a sweep can keep it even if the group is cut short later; the returned
-    list holds that same record."""
+    list holds that same record.
+
+    The group's GPU memory (models, optimizer states, CUDA graphs and their pools) is handed back to the driver
+    before this returns, so group after group can train in one process (a worker, a bench, a notebook's loop)."""
+    try:
+        return _train_group(cfgs, run_dirs, device, quiet, on_member_done)
+    finally:
+        release_gpu_memory()
+
+
+def release_gpu_memory() -> None:
+    """Free what a finished group left: its objects sit in reference cycles with Lightning's trainer, so they go
+    only at a collection, and the CUDA cache keeps their blocks (a CUDA graph's private pool among them) until
+    emptied. Measured on an H100: Mamba's group of 4 at MQAR N=512, d=512 leaves 65 GiB in graph pools, and a
+    second such group in the same process ran out of memory at its first graph capture."""
+    gc.collect()
+    if torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
+
+
+def _train_group(cfgs: list[DictConfig], run_dirs: list[Path], device: torch.device | None,
+                 quiet: bool, on_member_done) -> list[dict]:
     _quiet_lightning()
     import lightning as L
     from lightning.pytorch.callbacks import TQDMProgressBar

@@ -7,14 +7,13 @@ one) and writes to file descriptor ``<reply fd>``, one JSON value per line: ``{"
 as soon as member i of the group stops while others train on (so its result is kept even if the group is cut
 short later), then the group's result records as one list.
 It writes no result file: the sweep process does (``zoo.results.write_result``). Python, CUDA and Triton
-start once per worker, not per run. After each group the worker hands its cached GPU memory back to the
-driver: workers share a GPU, and memory one group cached but no longer uses must not run the next group of
+start once per worker, not per run. ``train_group`` hands each group's GPU memory back to the driver before it
+returns: workers share a GPU, and memory one group cached but no longer uses must not run the next group of
 another worker out of memory.
 """
 from __future__ import annotations
 
 import faulthandler
-import gc
 import json
 import os
 import sys
@@ -36,18 +35,8 @@ def main(reply_fd: int) -> int:
             cfgs = [make_run_config(OmegaConf.load(d / "config.yaml")) for d in run_dirs]
             records = train_group(cfgs, run_dirs, quiet=True, on_member_done=lambda i, record: reply.write(
                 json.dumps({"member": i, "record": record}, default=str) + "\n"))
-            release_gpu_memory()
             reply.write(json.dumps(records, default=str) + "\n")
     return 0
-
-
-def release_gpu_memory() -> None:
-    """Free what the last group left in PyTorch's CUDA cache (its tensors, graph pools, workspaces)."""
-    import torch
-
-    gc.collect()  # the group's models and CUDA graphs may sit in reference cycles
-    if torch.cuda.is_initialized():
-        torch.cuda.empty_cache()
 
 
 if __name__ == "__main__":

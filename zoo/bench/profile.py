@@ -111,7 +111,8 @@ def profile_run(mixer: str, graphs: bool, epochs: int = 1, top: int = 8, cell: t
     for name, s in by_name.items():
         kind = kind_of(name)
         by_kind[kind] = by_kind.get(kind, 0.0) + s
-    return {"mixer": mixer, "graphs": graphs, "status": record["status"], "wall_s": wall,
+    return {"mixer": mixer, "graphs": graphs, "status": record["status"], "error": record.get("error"),
+            "wall_s": wall,
             "epoch_s": record["history"][-1]["train_seconds"] if record["history"] else float("nan"),
             "gpu_busy_s": busy, "busy_fraction": busy / wall, "kernels_per_step": len(kernels) / steps,
             "top": [(short_name(name), round(s, 4), calls[name] / steps) for name, s in ranked],
@@ -156,6 +157,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"(epoch {r['epoch_s']:.3f} s)"
                   f"  GPU busy {r['gpu_busy_s']:.3f} s = {100 * r['busy_fraction']:.0f}%"
                   f"  kernels/step {r['kernels_per_step']:.0f}  [{r['status']}]", flush=True)
+            if r["status"] != "completed":  # a profile of a run that stopped early is not the epoch it claims
+                print(f"    the run stopped: {r['error']}")
             print("    by kind: " + ", ".join(f"{kind} {s:.3f} s" for kind, s in r["kinds"]))
             for name, s, per_step in r["top"]:
                 print(f"    {s:8.4f} s  {per_step:5.1f}/step  {name}")
