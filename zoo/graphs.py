@@ -143,8 +143,9 @@ class GroupCall:
                 print(f"zoo: CUDA graph capture failed, {self.doing} eagerly ({failure})")
                 self.graphs = False
                 self._drop_graphs()
+                # no empty_cache: the other GroupCall's graphs may replay on (results/graph_replay_crash.md); the
+                # dead graph's pool is released when an allocation needs its memory
                 torch.cuda.synchronize()
-                torch.cuda.empty_cache()
                 _release_generator_from_capture(inputs.device)
                 self._eager(inputs, positions, targets)
                 return
