@@ -137,9 +137,9 @@ class GroupCall:
             except RuntimeError as err:  # a mixer that syncs with the host or allocates per call, or memory
                 failure = str(err).splitlines()[0]
             if failure is not None:
-                # outside the except clause: the error's traceback held the failed graph and the memory its capture
-                # took, which the eager calls need when the capture ran out of memory (the members' streams cannot
-                # share memory inside a graph, so a group's graph needs more than its eager calls)
+                # outside the except clause, whose error holds the failed capture's frames (and their tensors) alive.
+                # A capture that ran out of memory is the usual case: the members' streams cannot share memory inside
+                # a graph, so a group's graph needs several times the memory of its eager calls
                 print(f"zoo: CUDA graph capture failed, {self.doing} eagerly ({failure})")
                 self.graphs = False
                 self._drop_graphs()
