@@ -78,6 +78,17 @@ def release_gpu_memory() -> None:
         torch.cuda.empty_cache()
 
 
+def forget_compiled_code() -> None:
+    """Each group compiles anew (a compiled model, Mamba-2's compiled scan): a worker trains group after group, and
+    the compiled code of earlier groups' shapes would count against dynamo's recompile limit for the same functions.
+    Nothing to forget while dynamo has compiled no frame in this process: then the reset is skipped, since on a GPU
+    machine it imports Inductor's CUDA-graph trees (2.8 s of a worker's first group, measured on an H100 machine)."""
+    convert_frame = sys.modules.get("torch._dynamo.convert_frame")
+    if convert_frame is None or getattr(convert_frame, "FRAME_COUNTER", 1) == 0:
+        return
+    torch._dynamo.reset()
+
+
 def _train_group(cfgs: list[DictConfig], run_dirs: list[Path], device: torch.device | None,
                  quiet: bool, on_member_done) -> list[dict]:
     _quiet_lightning()
@@ -118,10 +129,7 @@ def _train_group(cfgs: list[DictConfig], run_dirs: list[Path], device: torch.dev
                 record["chance"] = sum(chances[n] * labelled[n] for n in labelled) / sum(labelled.values())
 
         if device.type == "cuda":
-            # each group compiles anew (a compiled model, Mamba-2's compiled scan): a worker trains group after
-            # group, and the compiled code of earlier groups' shapes would count against dynamo's recompile limit
-            # for the same functions
-            torch._dynamo.reset()
+            forget_compiled_code()
         models, rng_states = [], []
         for c, record in zip(cfgs, records):
             L.seed_everything(c.seed, verbose=False)  # each member starts exactly as its run alone would

@@ -24,11 +24,11 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from zoo.kernels.backend import without_autocast
+from zoo.kernels.backend import not_compiled, without_autocast
 from zoo.kernels.delta_rule.naive import l2norm
 
 
-@torch.compiler.disable  # a loop over chunks: torch.compile would unroll it, once per length
+@not_compiled  # a loop over chunks: torch.compile would unroll it, once per length
 @without_autocast  # float32 inside, as the docstring says, also under bf16 autocast
 def delta_rule_chunked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta: torch.Tensor,
                        g: torch.Tensor | None = None, scale: float | None = None, l2norm_qk: bool = False,

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import torch
 
+from zoo.kernels.backend import not_compiled
+
 
 def l2norm(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     """x / sqrt(sum(x^2) + eps) over the last dim: fla's ``use_qk_l2norm_in_kernel`` form, so the CPU paths and
@@ -22,7 +24,7 @@ def l2norm(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     return x * torch.rsqrt(x.square().sum(-1, keepdim=True) + eps)
 
 
-@torch.compiler.disable  # a loop over time: torch.compile would unroll it, once per length
+@not_compiled  # a loop over time: torch.compile would unroll it, once per length
 def delta_rule_recurrent(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta: torch.Tensor,
                          g: torch.Tensor | None = None, scale: float | None = None,
                          l2norm_qk: bool = False) -> torch.Tensor:

@@ -24,6 +24,7 @@ import torch
 import triton
 import triton.language as tl
 
+from zoo.kernels.backend import not_compiled
 from zoo.kernels.layout import last_dim_contiguous
 
 LOG2E = tl.constexpr(1.4426950408889634)  # a constexpr, so the kernels can read it too
@@ -337,7 +338,7 @@ class GatedWindowAttention(torch.autograd.Function):
 
 # Opaque to torch.compile: Inductor failed on the GatedFWA model (H100, torch 2.11, Triton 3.6: InductorError
 # in its compile subprocess), and it has nothing to fuse into a hand-written kernel.
-@torch.compiler.disable
+@not_compiled
 def gated_window_attention_triton(q, k, v, u, window: int, scale: float | None = None):
     """Triton version of :func:`zoo.kernels.gatedfwa.naive.gated_window_attention_ref`."""
     scale = q.shape[-1] ** -0.5 if scale is None else scale

@@ -19,6 +19,7 @@ import torch
 import triton
 import triton.language as tl
 
+from zoo.kernels.backend import not_compiled
 from zoo.kernels.layout import last_dim_contiguous
 from zoo.kernels.stable import sigmoid_of
 
@@ -191,7 +192,7 @@ class GateCumsum(torch.autograd.Function):
 
 # Opaque to torch.compile: Inductor failed on the GatedFWA model (H100, torch 2.11, Triton 3.6: InductorError
 # in its compile subprocess), and it has nothing to fuse into a hand-written kernel.
-@torch.compiler.disable
+@not_compiled
 def gate_cumsum_triton(h: torch.Tensor, beta: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     """Triton version of :func:`zoo.kernels.gatedfwa.naive.gate_cumsum_ref`; u is (B, T, H) fp32."""
     return GateCumsum.apply(h, beta, eps)

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import torch
 
+from zoo.kernels.backend import not_compiled
 
-@torch.compiler.disable  # a loop over time: torch.compile would unroll it, once per length
+
+@not_compiled  # a loop over time: torch.compile would unroll it, once per length
 def gla_recurrent(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
                   scale: float | None = None) -> torch.Tensor:
     """The recurrence above in float32 (float64 stays float64).

@@ -30,6 +30,7 @@ import torch
 import triton
 import triton.language as tl
 
+from zoo.kernels.backend import not_compiled
 from zoo.kernels.layout import resident_programs
 from zoo.kernels.partial_sums import sum_rows
 
@@ -212,7 +213,7 @@ class _Norm(torch.autograd.Function):
 
 # Opaque to torch.compile: Inductor has nothing to fuse into a hand-written kernel (and failed on other Triton
 # kernels of zoo: GatedFWA's, H100, torch 2.11, Triton 3.6).
-@torch.compiler.disable
+@not_compiled
 def norm_triton(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, gate: torch.Tensor | None,
                 eps: float, rms: bool, out_dtype: torch.dtype) -> torch.Tensor:
     """RMSNorm (``rms``, no bias) or LayerNorm of x [..., N] over N, times weight [N], plus bias [N], times
@@ -220,7 +221,7 @@ def norm_triton(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor
     return _Norm.apply(x, None, weight, bias, gate, eps, rms, out_dtype, False)
 
 
-@torch.compiler.disable
+@not_compiled
 def add_norm_triton(x: torch.Tensor, update: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
                     eps: float, rms: bool, out_dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
     """(s, norm(s)) with s = x + update [..., N] in their promoted dtype, in one pass: the residual add of a

@@ -23,6 +23,7 @@ import triton
 import triton.language as tl
 
 from zoo.kernels.autocast import matmul_dtype
+from zoo.kernels.backend import not_compiled
 from zoo.kernels.layout import resident_programs
 from zoo.kernels.partial_sums import sum_rows
 
@@ -87,7 +88,7 @@ class _Linear(torch.autograd.Function):
 
 
 # Opaque to torch.compile: Inductor has nothing to fuse into a hand-written kernel.
-@torch.compiler.disable
+@not_compiled
 def linear_triton(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
     """x [..., K] @ weight [N, K]^T + bias [N] -> [..., N]; under autocast (on x's device type) the three are cast
     to its dtype first, as ``F.linear``'s are. The bias gradient is :func:`column_sum` of the output gradient."""

@@ -35,10 +35,10 @@ import functools
 import torch
 import torch.nn.functional as F
 
-from zoo.kernels.backend import without_autocast
+from zoo.kernels.backend import not_compiled, without_autocast
 
 
-@torch.compiler.disable  # a loop over chunks: torch.compile would unroll it, once per length
+@not_compiled  # a loop over chunks: torch.compile would unroll it, once per length
 @without_autocast  # float32 inside, as the docstring says, also under bf16 autocast
 def rwkv7_chunked(r, w, k, v, a, b, chunk: int = 16) -> torch.Tensor:
     """``rwkv7_naive``'s result by chunks of ``chunk`` steps (fewer when L is shorter), in float32 (float64 if

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import torch
 
+from zoo.kernels.backend import not_compiled
+
 
 def rwkv7_naive(r, w, k, v, a, b) -> torch.Tensor:
     """The state recurrence above, step by step in float32.
@@ -19,7 +21,7 @@ def rwkv7_naive(r, w, k, v, a, b) -> torch.Tensor:
     return rwkv7_recurrence(*(t.float() for t in (r, w, k, v, a, b)))
 
 
-@torch.compiler.disable  # a loop over time: torch.compile would unroll it, once per length
+@not_compiled  # a loop over time: torch.compile would unroll it, once per length
 def rwkv7_recurrence(r, w, k, v, a, b) -> torch.Tensor:
     """``rwkv7_naive`` in the inputs' own dtype (the tests' float64 reference)."""
     Bt, L, H, K = r.shape

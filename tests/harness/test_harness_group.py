@@ -6,7 +6,7 @@ import torch
 from zoo.config import make_run_config
 from zoo.lit import MixerLM
 from zoo.model import LanguageModel
-from zoo.run import train, train_group
+from zoo.run import forget_compiled_code, train, train_group
 
 LRS = [1e-3, 3e-3, 1e-2, 1e30]  # the last one diverges in its first epoch
 
@@ -60,3 +60,19 @@ def test_group_leaves_nothing_alive(tmp_path):
     finally:
         gc.enable()
     assert alive == []
+
+
+def test_compiled_code_is_forgotten_only_when_there_is_some(monkeypatch):
+    """A group forgets what torch.compile compiled for the groups before it (``forget_compiled_code``), but skips
+    the reset while nothing was compiled: on CUDA it imports Inductor, seconds of a worker's first group."""
+    import torch._dynamo
+    from torch._dynamo import convert_frame
+
+    resets = []
+    monkeypatch.setattr(torch._dynamo, "reset", lambda: resets.append(1))
+    monkeypatch.setattr(convert_frame, "FRAME_COUNTER", 0)
+    forget_compiled_code()
+    assert resets == []
+    torch.compile(lambda x: x + 1, backend="eager")(torch.ones(2))
+    forget_compiled_code()
+    assert resets == [1]
