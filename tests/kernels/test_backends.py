@@ -131,8 +131,8 @@ def test_not_compiled_functions_run_as_they_are_inside_a_compiled_caller():
 
 
 def test_importing_the_kernels_does_not_import_dynamo():
-    """A sweep's process imports every mixer (and so their kernels) to check its configs and compiles nothing;
-    importing ``torch._dynamo`` took 4.6 s of its 8.1 s on an H100 machine. It stays out until something compiles."""
+    """Importing zoo's mixers (and so their kernels) compiles nothing; importing ``torch._dynamo`` took 4.6 s of
+    the 8.1 s it took on an H100 machine. It stays out until something compiles (or PyTorch itself imports it)."""
     import subprocess
     import sys
 
