@@ -137,14 +137,13 @@ class GroupCall:
             except RuntimeError as err:  # a mixer that syncs with the host or allocates per call, or memory
                 failure = str(err).splitlines()[0]
             if failure is not None:
-                # outside the except clause, whose error holds the failed capture's frames (and their tensors) alive.
-                # A capture that ran out of memory is the usual case: the members' streams cannot share memory inside
-                # a graph, so a group's graph needs several times the memory of its eager calls
+                # outside the except clause, whose error holds the failed capture's frames (and their tensors) alive:
+                # a capture can run out of memory where eager calls do not (the members' streams cannot share memory
+                # inside a graph, so a group's graph needs several times the memory of its eager calls)
                 print(f"zoo: CUDA graph capture failed, {self.doing} eagerly ({failure})")
                 self.graphs = False
                 self._drop_graphs()
-                # no empty_cache: the other GroupCall's graphs may replay on (results/graph_replay_crash.md); the
-                # dead graph's pool is released when an allocation needs its memory
+                # no empty_cache here: the other GroupCall's graphs may replay on (results/graph_replay_crash.md)
                 torch.cuda.synchronize()
                 _release_generator_from_capture(inputs.device)
                 self._eager(inputs, positions, targets)
