@@ -78,15 +78,31 @@ def release_gpu_memory() -> None:
         torch.cuda.empty_cache()
 
 
+_keep_compiled = False  # set by ``keeping_compiled_code``
+
+
 def forget_compiled_code() -> None:
     """Each group compiles anew (a compiled model, Mamba-2's compiled scan): a worker trains group after group, and
     the compiled code of earlier groups' shapes would count against dynamo's recompile limit for the same functions.
     Nothing to forget while dynamo has compiled no frame in this process: then the reset is skipped, since on a GPU
-    machine it imports Inductor's CUDA-graph trees (2.8 s of a worker's first group, measured on an H100 machine)."""
+    machine it imports Inductor's CUDA-graph trees (2.8 s of a worker's first group, measured on an H100 machine).
+    Skipped too within ``keeping_compiled_code``."""
     convert_frame = sys.modules.get("torch._dynamo.convert_frame")
-    if convert_frame is None or getattr(convert_frame, "FRAME_COUNTER", 1) == 0:
+    if _keep_compiled or convert_frame is None or getattr(convert_frame, "FRAME_COUNTER", 1) == 0:
         return
     torch._dynamo.reset()
+
+
+@contextlib.contextmanager
+def keeping_compiled_code():
+    """Groups started within keep what earlier groups compiled: for a bench that trains one config twice in a
+    process, a warm-up group and then the measured one, which would otherwise compile its functions again."""
+    global _keep_compiled
+    before, _keep_compiled = _keep_compiled, True
+    try:
+        yield
+    finally:
+        _keep_compiled = before
 
 
 def _train_group(cfgs: list[DictConfig], run_dirs: list[Path], device: torch.device | None,

@@ -6,7 +6,7 @@ import torch
 from zoo.config import make_run_config
 from zoo.lit import MixerLM
 from zoo.model import LanguageModel
-from zoo.run import forget_compiled_code, train, train_group
+from zoo.run import forget_compiled_code, keeping_compiled_code, train, train_group
 
 LRS = [1e-3, 3e-3, 1e-2, 1e30]  # the last one diverges in its first epoch
 
@@ -74,5 +74,20 @@ def test_compiled_code_is_forgotten_only_when_there_is_some(monkeypatch):
     forget_compiled_code()
     assert resets == []
     torch.compile(lambda x: x + 1, backend="eager")(torch.ones(2))
+    forget_compiled_code()
+    assert resets == [1]
+
+
+def test_compiled_code_is_kept_within_keeping_compiled_code(monkeypatch):
+    """The profile's measured group keeps what its warm-up group compiled."""
+    import torch._dynamo
+    from torch._dynamo import convert_frame
+
+    resets = []
+    monkeypatch.setattr(torch._dynamo, "reset", lambda: resets.append(1))
+    monkeypatch.setattr(convert_frame, "FRAME_COUNTER", 1)  # as after a compile
+    with keeping_compiled_code():
+        forget_compiled_code()
+    assert resets == []
     forget_compiled_code()
     assert resets == [1]

@@ -4,10 +4,10 @@ Trains one epoch of the figure-2 MQAR cell (N=256, kv=16, d_model=128, batch 256
 cell of the grid (``--cell N,d_model``: the sweep's kv pairs and batch at that N, its mixer_kwargs), one run
 or a group of the sweep's learning rates (``--group 4``), with the real training path (``zoo.run.train_group``)
 under ``torch.profiler``, after a warm-up run of the same config (Triton compilation, cuBLAS heuristics, graph
-capture). ``--examples`` shortens the epoch; the grid's large cells need a few thousand steps' worth of
-seconds otherwise. Reports the wall time of the profiled
-run, the time the GPU spent running kernels (the union of their intervals, so overlapping kernels
-count once), their ratio (the GPU-busy fraction), kernels per training step and the top kernels.
+capture, torch.compile's code, which the profiled run keeps). ``--examples`` shortens the epoch; the grid's large
+cells need a few thousand steps' worth of seconds otherwise. Reports the wall time of the profiled run, the time
+the GPU spent running kernels (the union of their intervals, so overlapping kernels count once), their ratio (the
+GPU-busy fraction), kernels per training step and the top kernels.
 """
 from __future__ import annotations
 
@@ -85,14 +85,15 @@ def profile_run(mixer: str, graphs: bool, epochs: int = 1, top: int = 8, cell: t
                 group: int = 1, examples: int | None = None) -> dict:
     from torch.profiler import ProfilerActivity, profile
 
-    from zoo.run import train_group
+    from zoo.run import keeping_compiled_code, train_group
 
     cfgs = [timing_config(c, epochs, cuda_graphs=graphs) for c in cell_configs(mixer, cell, group, examples)]
     cfg = cfgs[0]
     with tempfile.TemporaryDirectory() as tmp:
         train_group(cfgs, [Path(tmp) / f"warm{i}" for i in range(len(cfgs))], quiet=True)
         torch.cuda.synchronize()
-        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        # the warm-up's compiled code stays (Mamba-2's and RWKV-7's compiled functions would compile again)
+        with keeping_compiled_code(), profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
             t0 = time.perf_counter()
             record = train_group(cfgs, [Path(tmp) / f"run{i}" for i in range(len(cfgs))], quiet=True)[0]
             torch.cuda.synchronize()
