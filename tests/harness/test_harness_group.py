@@ -1,6 +1,7 @@
 """Run groups: the runs of one cell that differ only in lr train side by side, each exactly as alone."""
 import gc
 
+import pytest
 import torch
 
 from zoo.config import make_run_config
@@ -62,14 +63,21 @@ def test_group_leaves_nothing_alive(tmp_path):
     assert alive == []
 
 
-def test_compiled_code_is_forgotten_only_when_there_is_some(monkeypatch):
+@pytest.fixture
+def resets(monkeypatch):
+    """The calls of ``torch._dynamo.reset``, recorded instead of made."""
+    import torch._dynamo
+
+    calls = []
+    monkeypatch.setattr(torch._dynamo, "reset", lambda: calls.append(1))
+    return calls
+
+
+def test_compiled_code_is_forgotten_only_when_there_is_some(monkeypatch, resets):
     """A group forgets what torch.compile compiled for the groups before it (``forget_compiled_code``), but skips
     the reset while nothing was compiled: on CUDA it imports Inductor, seconds of a worker's first group."""
-    import torch._dynamo
     from torch._dynamo import convert_frame
 
-    resets = []
-    monkeypatch.setattr(torch._dynamo, "reset", lambda: resets.append(1))
     monkeypatch.setattr(convert_frame, "FRAME_COUNTER", 0)
     forget_compiled_code()
     assert resets == []
@@ -78,13 +86,10 @@ def test_compiled_code_is_forgotten_only_when_there_is_some(monkeypatch):
     assert resets == [1]
 
 
-def test_compiled_code_is_kept_within_keeping_compiled_code(monkeypatch):
+def test_compiled_code_is_kept_within_keeping_compiled_code(monkeypatch, resets):
     """The profile's measured group keeps what its warm-up group compiled."""
-    import torch._dynamo
     from torch._dynamo import convert_frame
 
-    resets = []
-    monkeypatch.setattr(torch._dynamo, "reset", lambda: resets.append(1))
     monkeypatch.setattr(convert_frame, "FRAME_COUNTER", 1)  # as after a compile
     with keeping_compiled_code():
         forget_compiled_code()

@@ -188,4 +188,3 @@ def test_failed_capture_names_the_members_error(capfd):
     out = capfd.readouterr().out
     assert "capture failed, adding eagerly (member 1 cannot be captured)" in out, out
     assert not call.graphs and [m.item() for m in call.members] == [WARMUP_CALLS + 2] * 2
-
