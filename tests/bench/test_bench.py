@@ -1,5 +1,6 @@
 """Every section of ``python -m zoo.bench`` runs end to end on tiny shapes on the CPU (timings unchecked)."""
 import pytest
+import torch
 from omegaconf import OmegaConf
 
 from zoo.bench import __main__ as bench
@@ -43,10 +44,30 @@ def test_every_section_runs(tiny_sweep, tmp_path, monkeypatch, capsys):
     assert len(peer_models) == 3 and all(m.embed_dropout == 0.1 for m in peer_models)  # fp32, bf16 eager, graphs
     assert numbers["grid"]["groups"] == 2 * 1 * 2 and numbers["scaling"][1][1] == 2  # both concurrent runs ran
     assert all(row["error"] is None for row in numbers["steps"] if row["mixer"] in ("softmax", "swa"))
+    assert all(row["wide_ms"] > 0 for row in numbers["steps"] if row["mixer"] in ("softmax", "swa"))
+    assert "batchx4 ms" in text
     # the gpus section's sweeps (CPU workers here): 1 and 2 devices, each all 4 runs (2 mixers x 2 lrs at d=16)
     assert [(row[0], row[1], row[6]) for row in numbers["gpus"]] == [(1, 4, 0), (2, 4, 0)]
     for devices, _, wall, _, groups_s, outside_s, _ in numbers["gpus"]:  # the groups' seconds, the sweep's around them
         assert 0 < groups_s <= devices * wall and 0 < outside_s < wall
+
+
+def test_steps_time_a_group_beside_one_model_at_its_batch(monkeypatch):
+    """The steps section's bound for a group of G: one model (not G) at G times the batch."""
+    from zoo.bench import step as step_bench
+
+    made = []
+
+    def make_step(mixer, batch, seq_len, d_model, device, graphs, group=1, **kw):
+        made.append((batch, group))
+        return (lambda: None), torch.nn.Linear(2, 2)
+
+    monkeypatch.setattr(step_bench, "make_step", make_step)
+    (row,) = step_bench.step_times(["softmax"], batch=8, seq_len=16, d_model=16, device="cpu", group=3, warmup=0,
+                                   iters=1)
+    assert made == [(8, 1), (8, 1), (8, 3), (24, 1)]  # eager, graphs, the group of 3, one model at 3x the batch
+    assert row["error"] is None and row["wide_ms"] >= 0
+    assert "batchx3 ms" in step_bench.header(3) and len(step_bench.format_row(row).split()) == 10
 
 
 def pretend_gpus(monkeypatch, n: int) -> None:

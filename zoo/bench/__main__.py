@@ -1,7 +1,8 @@
 """``python -m zoo.bench``: zoo's speed on the local GPU, with its peers measured in the same process.
 
 Sections (``--sections``, default all):
-  steps    one training step (zoo.step.TrainStep) of every mixer, eager / CUDA graphs / a group of 4, B=256 N=256 d=128
+  steps    one training step (zoo.step.TrainStep) of every mixer, eager / CUDA graphs / a group of 4 / one model at
+           4x the batch (how cheap a group of 4 can get), B=256 N=256 d=128
   zoology  Zoology vs zoo on MQAR N=256, kv=16, d=128, batch 256, 100k/3k: data time, epoch time, accuracy
            (needs --zoology; Zoology runs last, after every zoo measurement); zoo trains Zoology's model
            (zoology_peer.ZOOLOGY_MODEL: its block and its embedding dropout, whatever the sweep's base says)
@@ -93,11 +94,11 @@ def main(argv: list[str] | None = None) -> int:
     t_start = time.time()
 
     if "steps" in sections:
-        from zoo.bench.step import HEADER, format_row, step_times
+        from zoo.bench.step import format_row, header, step_times
 
         batch, n, d = map(int, args.step_shape.split(","))
         print(f"one training step, B={batch} N={n} d_model={d}, bf16 on CUDA, median of 20", flush=True)
-        print(HEADER, flush=True)
+        print(header(), flush=True)
         extra = [] if args.mixers else [m for m in ("mamba2", "rwkv7") if m not in mixers]  # beyond the paper grid
         rows = step_times(mixers + extra, batch, n, d,
                           "cuda" if cuda else "cpu", iters=20 if cuda else 2, warmup=5 if cuda else 1,

@@ -3,6 +3,11 @@
 One step is what training runs (``zoo.step.TrainStep``: forward, loss at the labelled positions, backward,
 AdamW update) on one batch of MQAR (vocab 8192, 2 layers, kv = N/16), eagerly and replayed from a CUDA
 graph, bf16 autocast on CUDA. Reports the median of ``iters`` steps after warm-up, timed with CUDA events.
+
+Beside a group of G models (the G learning rates of a sweep cell, ``zoo.step``) it times one model at G times
+the batch: the same examples' work in kernels G times as large, with one set of weights and one optimiser step,
+which no way of training G models side by side (streams, stacked weights, vmap) can undercut by much. Its ratio
+to one run is how cheap a group of G can get at that shape.
 """
 from __future__ import annotations
 
@@ -59,8 +64,9 @@ def _median_ms(step, device: torch.device, warmup: int, iters: int) -> float:
 def step_times(mixers: list[str], batch: int = 256, seq_len: int = 256, d_model: int = 128,
                device: str | torch.device = "cuda", group: int = 4, warmup: int = 5, iters: int = 20,
                on_row=None, compile: bool = False) -> list[dict]:
-    """One row per mixer: ms per step eager, with CUDA graphs, and for a group of ``group`` models
-    (graphs), the ratio to softmax (graphs; NaN before softmax is timed), params, peak memory, error;
+    """One row per mixer: ms per step eager, with CUDA graphs, for a group of ``group`` models (graphs) and for
+    one model at ``group`` times the batch (``wide_ms``, graphs), the ratio to softmax (graphs; NaN before softmax
+    is timed), params, peak memory, error;
     with ``compile``, also ``compile_ms``: the compiled forward replayed from a CUDA graph."""
     device = torch.device(device)
     rows = []
@@ -76,13 +82,15 @@ def step_times(mixers: list[str], batch: int = 256, seq_len: int = 256, d_model:
                                           warmup, iters)
             row["group_ms"] = _median_ms(make_step(mixer, batch, seq_len, d_model, device, True, group)[0],
                                          device, warmup, iters)
+            row["wide_ms"] = _median_ms(make_step(mixer, group * batch, seq_len, d_model, device, True)[0],
+                                        device, warmup, iters)
             if compile:
                 row["compile_ms"] = _median_ms(make_step(mixer, batch, seq_len, d_model, device, True, compile=True)[0],
                                                device, warmup, iters)
             row["peak_gb"] = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else float("nan")
         except Exception as e:  # noqa: BLE001 - one broken mixer must not hide the others' timings
             row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-        for key in ("eager_ms", "graphs_ms", "group_ms", "peak_gb") + (("compile_ms",) if compile else ()):
+        for key in ("eager_ms", "graphs_ms", "group_ms", "wide_ms", "peak_gb") + (("compile_ms",) if compile else ()):
             row.setdefault(key, float("nan"))
         row.setdefault("params", 0)
         rows.append(row)
@@ -96,13 +104,17 @@ def step_times(mixers: list[str], batch: int = 256, seq_len: int = 256, d_model:
     return rows
 
 
-HEADER = (f"{'mixer':<15} {'eager ms':>9} {'graphs ms':>9} {'x softmax':>9} {'group4 ms':>9} {'x one':>6} "
-          f"{'params':>10} {'peak GB':>8}")
+def header(group: int = 4) -> str:
+    """The column names of :func:`format_row`: group{G} is G models in one step, batchx{G} one model at G times
+    the batch, each with its ratio to one run ("x one")."""
+    return (f"{'mixer':<15} {'eager ms':>9} {'graphs ms':>9} {'x softmax':>9} {f'group{group} ms':>9} {'x one':>6} "
+            f"{f'batchx{group} ms':>11} {'x one':>6} {'params':>10} {'peak GB':>8}")
 
 
 def format_row(r: dict) -> str:
     return (f"{r['mixer']:<15} {r['eager_ms']:>9.2f} {r['graphs_ms']:>9.2f} {r['ratio_to_softmax']:>9.2f} "
-            f"{r['group_ms']:>9.2f} {r['group_ms'] / r['graphs_ms']:>6.2f} {r['params']:>10,} {r['peak_gb']:>8.2f}"
+            f"{r['group_ms']:>9.2f} {r['group_ms'] / r['graphs_ms']:>6.2f} {r['wide_ms']:>11.2f} "
+            f"{r['wide_ms'] / r['graphs_ms']:>6.2f} {r['params']:>10,} {r['peak_gb']:>8.2f}"
             + (f" {r['compile_ms']:>12.2f}" if "compile_ms" in r else "")
             + (f"  ERROR {r['error']}" if r["error"] else ""))
 
@@ -123,8 +135,9 @@ def main(argv: list[str] | None = None) -> None:
         mixers = ["softmax", *(m for m in mixers if m != "softmax")]
     name = torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu"
     print(f"{name}: B={args.batch} N={args.seq_len} d_model={args.d_model}, one training step (zoo.step.TrainStep), "
-          f"bf16 autocast on CUDA, median of {args.iters}; group{args.group} = {args.group} models in one step")
-    print(HEADER + (f" {'compile+graph':>12}" if args.compile else ""), flush=True)
+          f"bf16 autocast on CUDA, median of {args.iters}; group{args.group} = {args.group} models in one step, "
+          f"batchx{args.group} = one model at {args.group} times the batch")
+    print(header(args.group) + (f" {'compile+graph':>12}" if args.compile else ""), flush=True)
     step_times(mixers, args.batch, args.seq_len, args.d_model, args.device, args.group, iters=args.iters,
                on_row=lambda row: print(format_row(row), flush=True), compile=args.compile)
 
