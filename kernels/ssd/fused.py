@@ -75,9 +75,7 @@ def _ssd_fwd_kernel(X, DT, A, B, C, D, Y, STATES, L, H, N, P,
     B += b * sb_b
     C += b * sc_b
     A_h = tl.load(A + h).to(tl.float32)
-    D_h = 0.0
-    if HAS_D:
-        D_h = tl.load(D + h).to(tl.float32)
+    D_h = tl.load(D + h).to(tl.float32) if HAS_D else 0.0
     n_chunks = tl.cdiv(L, Q)
     STATES += (bh.to(tl.int64) * n_chunks * N) * P
     i = tl.arange(0, Q)
@@ -122,9 +120,7 @@ def _ssd_bwd_kernel(X, DT, A, B, C, D, DY, STATES, DX, DDT, DB, DC, DA, DD, L, H
     DB += (((pb * H + h) * Bt + b) * L) * N  # [n blocks of P * H, Bt, L, N]
     DC += (((pb * H + h) * Bt + b) * L) * N
     A_h = tl.load(A + h).to(tl.float32)
-    D_h = 0.0
-    if HAS_D:
-        D_h = tl.load(D + h).to(tl.float32)
+    D_h = tl.load(D + h).to(tl.float32) if HAS_D else 0.0
     n_chunks = tl.cdiv(L, Q)
     STATES += (bh.to(tl.int64) * n_chunks * N) * P
     i = tl.arange(0, Q)
