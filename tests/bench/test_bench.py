@@ -72,8 +72,6 @@ def test_steps_time_a_group_beside_one_model_at_its_batch(monkeypatch):
 
 def pretend_gpus(monkeypatch, n: int) -> None:
     """torch.cuda says this machine has ``n`` GPUs."""
-    import torch
-
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: n)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: f"{n} pretended GPU(s)")

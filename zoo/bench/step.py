@@ -20,6 +20,7 @@ import torch
 from zoo.data import LabelledSegment
 from zoo.mixers.registry import list_mixers
 from zoo.model import LanguageModel
+from zoo.run import release_gpu_memory
 from zoo.step import Member, TrainStep, build_optimizer
 
 VOCAB = 8192
@@ -78,15 +79,18 @@ def step_times(mixers: list[str], batch: int = 256, seq_len: int = 256, d_model:
             step, model = make_step(mixer, batch, seq_len, d_model, device, graphs=False)
             row["eager_ms"] = _median_ms(step, device, warmup, iters)
             row["params"] = sum(p.numel() for p in model.parameters())
-            row["graphs_ms"] = _median_ms(make_step(mixer, batch, seq_len, d_model, device, True)[0], device,
-                                          warmup, iters)
-            row["group_ms"] = _median_ms(make_step(mixer, batch, seq_len, d_model, device, True, group)[0],
-                                         device, warmup, iters)
-            row["wide_ms"] = _median_ms(make_step(mixer, group * batch, seq_len, d_model, device, True)[0],
-                                        device, warmup, iters)
+
+            def graphed_ms(batch_: int, group_: int = 1, compile_: bool = False) -> float:
+                ms = _median_ms(make_step(mixer, batch_, seq_len, d_model, device, True, group_, compile=compile_)[0],
+                                device, warmup, iters)
+                release_gpu_memory()  # this step's graphs and their pools go before the next one is recorded
+                return ms
+
+            row["graphs_ms"] = graphed_ms(batch)
+            row["group_ms"] = graphed_ms(batch, group)
+            row["wide_ms"] = graphed_ms(group * batch)
             if compile:
-                row["compile_ms"] = _median_ms(make_step(mixer, batch, seq_len, d_model, device, True, compile=True)[0],
-                                               device, warmup, iters)
+                row["compile_ms"] = graphed_ms(batch, compile_=True)
             row["peak_gb"] = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else float("nan")
         except Exception as e:  # noqa: BLE001 - one broken mixer must not hide the others' timings
             row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
@@ -94,8 +98,7 @@ def step_times(mixers: list[str], batch: int = 256, seq_len: int = 256, d_model:
             row.setdefault(key, float("nan"))
         row.setdefault("params", 0)
         rows.append(row)
-        if device.type == "cuda":
-            torch.cuda.empty_cache()
+        release_gpu_memory()
         base = next((r["graphs_ms"] for r in rows if r["mixer"] == "softmax"), float("nan"))
         for r in rows:
             r["ratio_to_softmax"] = r["graphs_ms"] / base
