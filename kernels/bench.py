@@ -9,7 +9,9 @@ ungated delta rule, RWKV-7), forward+backward in float32 on every backend of the
 recurrence, the chunked PyTorch form, fla's kernels where they work, and our Triton kernel where there is one
 (RWKV-7). Then RWKV-7's Triton recurrence for every launch choice (value columns per program, warps) next to the
 chunked form, in bf16; Mamba's selective scan for every launch choice (channels per program, warps, pipelining
-stages) next to mamba-ssm's ``selective_scan_fn`` where it imports, the depthwise causal short conv against
+stages) next to mamba-ssm's ``selective_scan_fn`` where it imports; Mamba-2's SSD in our Triton kernels for a few
+launch choices next to the chunked form (compiled and eager) and mamba-ssm's ``mamba_chunk_scan_combined`` where it
+imports; the depthwise causal short conv against
 PyTorch's grouped conv1d, Hyena's gated long conv fused around its FFTs against the unfused composition, and the
 training loss (cross-entropy over the vocabulary at the labelled rows) against PyTorch's and fla's fused one, the
 residual stream's LayerNorm and the residual add fused into it against PyTorch's, causal softmax attention past the
@@ -18,7 +20,7 @@ bias gradient a Triton column sum) against ``F.linear``, and the column sums' la
 per-program partial sums) against PyTorch's ``sum``, timed from a CUDA graph of many calls as in a training step.
 
     python -m zoo.kernels.bench --shapes 1,16,65536,64,512 256,2,512,64,256 --dtype bf16 --recurrences 128,128,2,64 \
-        --rwkv7 256,256,2,64 128,512,2,64 --selective-scan 256,256,256,16 --short-conv 256,256,384,3 \
+        --rwkv7 256,256,2,64 128,512,2,64 --selective-scan 256,256,256,16 --ssd 256,256,4,64,128 --short-conv 256,256,384,3 \
         --gated-long-conv 256,256,128 128,512,64 --cross-entropy 4096,8192 --layer-norm 65536,128 --linear 65536,128,384 \
         --softmax-attention 128,512,1,512 --sum-rows 1,176,384 2,528,128 1,1024,1536
 """
@@ -44,6 +46,8 @@ from zoo.kernels.rwkv7.fused_recurrent import Launch as Rwkv7Launch, rwkv7_fused
 from zoo.kernels.selective_scan import selective_scan as selective_scan_entry
 from zoo.kernels.selective_scan.fused_recurrent import Launch, selective_scan
 from zoo.kernels.short_conv import short_conv
+from zoo.kernels.ssd import ssd
+from zoo.kernels.ssd.fused import LAUNCH as SSD_LAUNCH, ssd_fused
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
@@ -268,6 +272,45 @@ def selective_scan_rows(Bt, L, E, N):
     return rows
 
 
+# launch choices of the SSD kernels tried beside the default (``zoo.kernels.ssd.fused.LAUNCH``): kernel -> (warps, stages)
+SSD_LAUNCHES = [{"dx": (8, 1)}, {"dbc": (4, 1)}, {"dx": (4, 2), "dbc": (8, 2)}, {"fwd": (8, 1), "dstate": (8, 1)}]
+
+
+def ssd_rows(Bt, L, H, P, N):
+    """{name: (fwd ms, fwd+bwd ms)} of Mamba-2's SSD as its layer calls it under bf16 autocast (bf16 x and B, C
+    strided views of one conv output; float32 dt, A, D): our Triton kernels for each launch choice, the default
+    first; the chunked form compiled (the GPU path before the kernels) and eager; mamba-ssm's
+    ``mamba_chunk_scan_combined`` where it imports."""
+    dev = "cuda"
+    torch.manual_seed(0)
+    x = torch.randn(Bt, L, H, P, device=dev, dtype=torch.bfloat16, requires_grad=True)
+    dt = (torch.rand(Bt, L, H, device=dev) * 0.1 + 0.01).requires_grad_()
+    A = (-torch.rand(H, device=dev) * 8 - 1).requires_grad_()
+    xbc = torch.randn(Bt, L, H * P + 2 * N, device=dev, dtype=torch.bfloat16)
+    B = xbc[..., H * P:H * P + N].detach().requires_grad_()
+    C = xbc[..., H * P + N:].detach().requires_grad_()
+    D = torch.ones(H, device=dev, requires_grad=True)
+    leaves = (x, dt, A, B, C, D)
+    grad = torch.randn(Bt, L, H, P, device=dev, dtype=torch.bfloat16)
+
+    rows = {}
+    for launch in [{}, *SSD_LAUNCHES]:
+        chosen = {**SSD_LAUNCH, **launch}
+        name = "ours " + ", ".join(f"{k} {w}w{s}s" for k, (w, s) in chosen.items())
+        rows[name] = timed_pair(under_autocast(lambda: ssd_fused(x, dt, A, B, C, D, launch=launch)), grad, leaves)
+    for backend in ("compiled", "chunked"):
+        rows[f"{backend} chunked form"] = timed_pair(under_autocast(lambda: ssd(x, dt, A, B, C, D, backend=backend)),
+                                                     grad, leaves)
+    mamba_ssm = optional_import("mamba_ssm.ops.triton.ssd_combined", "the SSD bench's mamba-ssm row")
+    if mamba_ssm is None:
+        rows["mamba-ssm mamba_chunk_scan_combined"] = "not run: mamba-ssm does not import"
+    else:
+        rows["mamba-ssm mamba_chunk_scan_combined"] = timed_pair(under_autocast(
+            lambda: mamba_ssm.mamba_chunk_scan_combined(x, dt, A, B[:, :, None], C[:, :, None], 64, D=D)),
+            grad, leaves)
+    return rows
+
+
 def short_conv_rows(B, T, C, K):
     """{"backend, activation": (fwd ms, fwd+bwd ms)} of the depthwise causal conv (bf16 input, float32 weights), plain
     (Hyena, BASED) and with the silu Mamba, Mamba-2 and DeltaNet fuse into it: ours and PyTorch's grouped conv1d
@@ -437,6 +480,8 @@ def main(argv: list[str] | None = None):
                         help="RWKV-7 Triton recurrence shapes B,T,H,K (K = V = head size), every launch choice")
     parser.add_argument("--selective-scan", nargs="*", type=shape_of("B,L,E,N"), default=[(256, 256, 256, 16)],
                         help="Mamba selective scan shapes B,L,E,N (E = expand x d_model), every launch choice")
+    parser.add_argument("--ssd", nargs="*", type=shape_of("B,L,H,P,N"), default=[(256, 256, 4, 64, 128)],
+                        help="Mamba-2 SSD shapes B,L,H,P,N (heads, head dim, state size)")
     parser.add_argument("--short-conv", nargs="*", type=shape_of("B,T,C,K"), default=[(256, 256, 384, 3)],
                         help="depthwise causal conv shapes B,T,C,K")
     parser.add_argument("--gated-long-conv", nargs="*", type=shape_of("B,L,D"),
@@ -488,6 +533,9 @@ def main(argv: list[str] | None = None):
     for Bt, L, E, N in filter(None, args.selective_scan):
         print(f"\nselective scan, B={Bt} L={L} E={E} N={N}, bf16 inputs, D, z, dt bias, softplus")
         print_pairs(selective_scan_rows(Bt, L, E, N))
+    for Bt, L, H, P, N in filter(None, args.ssd):
+        print(f"\nMamba-2 SSD, B={Bt} L={L} H={H} P={P} N={N}, bf16 autocast, D")
+        print_pairs(ssd_rows(Bt, L, H, P, N))
     for B, T, C, K in filter(None, args.short_conv):
         print(f"\ndepthwise causal conv, B={B} T={T} C={C} K={K}, bf16 input")
         print_pairs(short_conv_rows(B, T, C, K))

@@ -92,9 +92,10 @@ def add_layer_norm(x: torch.Tensor, update: torch.Tensor, weight: torch.Tensor |
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor | None = None, eps: float | None = None,
              gate: torch.Tensor | None = None, out_dtype: torch.dtype | None = None,
-             backend: str = "auto") -> torch.Tensor:
+             backend: str = "auto", gate_first: bool = False) -> torch.Tensor:
     """RMSNorm over the last dim of x [..., N] times weight [N] (None: 1), times silu(gate) for a gate [..., N]
     (None: no gate) -> y [..., N] in ``out_dtype``, by default x's dtype promoted with the gate's.
+    ``gate_first``: the norm of x * silu(gate) instead (Mamba-2's gated norm), the product in float32.
 
     ``eps`` None is ``F.rms_norm``'s default, the machine epsilon of the float32 (float64) math.
     """
@@ -105,9 +106,9 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor | None = None, eps: float | N
     if out_dtype is None:
         out_dtype = x.dtype if gate is None else torch.promote_types(x.dtype, gate.dtype)
     if not _use_triton("rms_norm", backend, x):
-        return rms_norm_naive(x, weight, eps, gate, out_dtype)
+        return rms_norm_naive(x, weight, eps, gate, out_dtype, gate_first)
     from zoo.kernels.layer_norm.fused import norm_triton
-    return norm_triton(x, weight, None, gate, eps, True, out_dtype)
+    return norm_triton(x, weight, None, gate, eps, True, out_dtype, gate_first)
 
 
 class LayerNorm(torch.nn.LayerNorm):

@@ -1,5 +1,9 @@
 """Triton LayerNorm and RMSNorm over the last dim, with an optional swish gate: one forward and one backward kernel.
 
+The gate multiplies the normalized row (``norm(x) * silu(z)``, GatedFWA's output norm) or, with ``gate_first``, the
+row before it is normalized (``norm(x * silu(z))``, Mamba-2's gated norm, mamba-ssm's ``norm_before_gate=False``):
+either way x and z are read once, and the product never goes through memory.
+
 Rows: x [..., N] is read as [M / H, H, N] with H = x.shape[-2] (1 for 2-d x), through one stride per row
 dim, so a strided view such as q of a fused qkv projection ([B, L, H, d] with strides (3 L D, 3 D, d, 1))
 is read where it lies, without a copy; only a tensor whose leading dims do not fold into two (or whose last
@@ -56,7 +60,7 @@ def _param(P, cols, col_ok, default: tl.constexpr, BLOCK_N: tl.constexpr):
 
 @triton.jit
 def _norm_fwd_kernel(X, R, Z, W, B, S, Y, MEAN, RSTD, M, H, N, x_s0, x_s1, r_s0, r_s1, z_s0, z_s1, eps,
-                     RMS: tl.constexpr, ROWS: tl.constexpr, BLOCK_N: tl.constexpr):
+                     RMS: tl.constexpr, GATE_FIRST: tl.constexpr, ROWS: tl.constexpr, BLOCK_N: tl.constexpr):
     rows = (tl.program_id(0) * ROWS + tl.arange(0, ROWS)).to(tl.int64)
     cols = tl.arange(0, BLOCK_N)
     row_ok, col_ok = rows < M, cols < N
@@ -67,6 +71,10 @@ def _norm_fwd_kernel(X, R, Z, W, B, S, Y, MEAN, RSTD, M, H, N, x_s0, x_s1, r_s0,
         x = x.to(S.dtype.element_ty)
         tl.store(S + rows[:, None] * N + cols[None, :], x, mask=mask)
         x = x.to(tl.float32)
+    if Z is not None:
+        z = tl.load(Z + _offsets(rows, cols, H, z_s0, z_s1), mask=mask, other=0.0).to(tl.float32)
+        if GATE_FIRST:
+            x = x * z * tl.sigmoid(z)
     if RMS:
         xc = x
     else:
@@ -78,15 +86,15 @@ def _norm_fwd_kernel(X, R, Z, W, B, S, Y, MEAN, RSTD, M, H, N, x_s0, x_s1, r_s0,
     w = _param(W, cols, col_ok, 1.0, BLOCK_N)
     b = _param(B, cols, col_ok, 0.0, BLOCK_N)
     y = xc * rstd[:, None] * w[None, :] + b[None, :]
-    if Z is not None:
-        z = tl.load(Z + _offsets(rows, cols, H, z_s0, z_s1), mask=mask, other=0.0).to(tl.float32)
+    if Z is not None and not GATE_FIRST:
         y = y * z * tl.sigmoid(z)
     tl.store(Y + rows[:, None] * N + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
 
 
 @triton.jit
 def _norm_bwd_kernel(X, Z, W, B, DY, DS, MEAN, RSTD, DX, DR, DZ, DW, DB, M, H, N, x_s0, x_s1, z_s0, z_s1, dy_s0,
-                     dy_s1, tiles_per_program, RMS: tl.constexpr, ROWS: tl.constexpr, BLOCK_N: tl.constexpr):
+                     dy_s1, tiles_per_program, RMS: tl.constexpr, GATE_FIRST: tl.constexpr, ROWS: tl.constexpr,
+                     BLOCK_N: tl.constexpr):
     pid = tl.program_id(0)
     cols = tl.arange(0, BLOCK_N)
     col_ok = cols < N
@@ -102,15 +110,19 @@ def _norm_bwd_kernel(X, Z, W, B, DY, DS, MEAN, RSTD, DX, DR, DZ, DW, DB, M, H, N
         mask = row_ok[:, None] & col_ok[None, :]
         x = tl.load(X + _offsets(rows, cols, H, x_s0, x_s1), mask=mask, other=0.0).to(tl.float32)
         rstd = tl.load(RSTD + rows, mask=row_ok, other=0.0)
+        if Z is not None:
+            z = tl.load(Z + _offsets(rows, cols, H, z_s0, z_s1), mask=mask, other=0.0).to(tl.float32)
+            sig = tl.sigmoid(z)
+            if GATE_FIRST:  # the norm's input is x * silu(z)
+                x_in = x
+                x = x_in * z * sig
         if RMS:
             xhat = x * rstd[:, None]
         else:
             mean = tl.load(MEAN + rows, mask=row_ok, other=0.0)
             xhat = tl.where(mask, (x - mean[:, None]) * rstd[:, None], 0.0)
         dy = tl.load(DY + _offsets(rows, cols, H, dy_s0, dy_s1), mask=mask, other=0.0).to(tl.float32)
-        if Z is not None:  # y = a * silu(z) with a = xhat * w + b: dz from a, then dy becomes da
-            z = tl.load(Z + _offsets(rows, cols, H, z_s0, z_s1), mask=mask, other=0.0).to(tl.float32)
-            sig = tl.sigmoid(z)
+        if Z is not None and not GATE_FIRST:  # y = a * silu(z) with a = xhat * w + b: dz from a, then dy becomes da
             a = xhat * w[None, :] + b[None, :]
             if DZ is not None:
                 dz = dy * a * sig * (1 + z * (1 - sig))
@@ -125,6 +137,11 @@ def _norm_bwd_kernel(X, Z, W, B, DY, DS, MEAN, RSTD, DX, DR, DZ, DW, DB, M, H, N
             dx = (g - xhat * gx[:, None]) * rstd[:, None]
         else:
             dx = (g - (tl.sum(g, axis=1) / N)[:, None] - xhat * gx[:, None]) * rstd[:, None]
+        if Z is not None and GATE_FIRST:  # through x * silu(z): dz from x, then dx scaled by silu(z)
+            if DZ is not None:
+                dz = dx * x_in * sig * (1 + z * (1 - sig))
+                tl.store(DZ + rows[:, None] * N + cols[None, :], dz.to(DZ.dtype.element_ty), mask=mask)
+            dx = dx * z * sig
         if DS is not None:  # the sum's own gradient (its later uses) joins the norm's
             dx += tl.load(DS + rows[:, None] * N + cols[None, :], mask=mask, other=0.0).to(tl.float32)
         tl.store(DX + rows[:, None] * N + cols[None, :], dx.to(DX.dtype.element_ty), mask=mask)
@@ -152,7 +169,7 @@ class _Norm(torch.autograd.Function):
     """y = norm(x) (times silu(gate)); with an update r, the norm of s = x + r, returning (s, y)."""
 
     @staticmethod
-    def forward(ctx, x, update, weight, bias, gate, eps, rms, out_dtype, return_sum):
+    def forward(ctx, x, update, weight, bias, gate, eps, rms, out_dtype, return_sum, gate_first):
         ctx.set_materialize_grads(False)
         N = x.shape[-1]
         H = x.shape[-2] if x.dim() >= 3 else 1
@@ -170,10 +187,10 @@ class _Norm(torch.autograd.Function):
         z_s0, z_s1 = (0, 0) if z3 is None else z3.stride()[:2]
         _norm_fwd_kernel[(max(1, triton.cdiv(M, rows)),)](
             x3, r3, z3, weight, bias, total, y, mean, rstd, M, H, N, x3.stride(0), x3.stride(1), r_s0, r_s1,
-            z_s0, z_s1, eps, RMS=rms, ROWS=rows, BLOCK_N=block_n, num_warps=NUM_WARPS)
+            z_s0, z_s1, eps, RMS=rms, GATE_FIRST=gate_first, ROWS=rows, BLOCK_N=block_n, num_warps=NUM_WARPS)
         normed = x3 if total is None else total.view(x3.shape)  # what the backward's xhat comes from
         ctx.save_for_backward(normed, z3, weight, bias, mean, rstd)
-        ctx.shape, ctx.rms = x.shape, rms
+        ctx.shape, ctx.rms, ctx.gate_first = x.shape, rms, gate_first
         ctx.dtypes = x.dtype, None if update is None else update.dtype
         return (total, y) if return_sum else y
 
@@ -184,7 +201,7 @@ class _Norm(torch.autograd.Function):
         M, H, N = x3.shape[0] * x3.shape[1], x3.shape[1], x3.shape[2]
         if dy is None:  # only the sum was used: its gradient passes through to x and update
             dr = ds.to(ctx.dtypes[1]) if ctx.needs_input_grad[1] else None
-            return ds.to(ctx.dtypes[0]), dr, None, None, None, None, None, None, None
+            return ds.to(ctx.dtypes[0]), dr, None, None, None, None, None, None, None, None
         rows, block_n = _tile(N)
         tiles = max(1, triton.cdiv(M, rows))
         per_program = triton.cdiv(tiles, min(tiles, resident_programs(x3.device)))
@@ -204,21 +221,22 @@ class _Norm(torch.autograd.Function):
         _norm_bwd_kernel[(programs,)](
             x3, z3, weight, bias, dy3, ds, mean, rstd, dx, dr, dz, dw, db, M, H, N, x3.stride(0), x3.stride(1),
             z_s0, z_s1, dy3.stride(0), dy3.stride(1), per_program,
-            RMS=ctx.rms, ROWS=rows, BLOCK_N=block_n, num_warps=NUM_WARPS)
+            RMS=ctx.rms, GATE_FIRST=ctx.gate_first, ROWS=rows, BLOCK_N=block_n, num_warps=NUM_WARPS)
         sums = sum_rows(partial) if wanted else None
         dw = None if dw is None else sums[wanted.index(2)].to(weight.dtype)
         db = None if db is None else sums[wanted.index(3)].to(bias.dtype)
-        return dx, dr, dw, db, dz, None, None, None, None
+        return dx, dr, dw, db, dz, None, None, None, None, None
 
 
 # Opaque to torch.compile: Inductor has nothing to fuse into a hand-written kernel (and failed on other Triton
 # kernels of zoo: GatedFWA's, H100, torch 2.11, Triton 3.6).
 @not_compiled
 def norm_triton(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, gate: torch.Tensor | None,
-                eps: float, rms: bool, out_dtype: torch.dtype) -> torch.Tensor:
+                eps: float, rms: bool, out_dtype: torch.dtype, gate_first: bool = False) -> torch.Tensor:
     """RMSNorm (``rms``, no bias) or LayerNorm of x [..., N] over N, times weight [N], plus bias [N], times
-    silu(gate) [..., N]; each of weight, bias, gate may be None. Float32 math; y [..., N] in ``out_dtype``."""
-    return _Norm.apply(x, None, weight, bias, gate, eps, rms, out_dtype, False)
+    silu(gate) [..., N], or with ``gate_first`` of x * silu(gate); each of weight, bias, gate may be None. Float32
+    math; y [..., N] in ``out_dtype``."""
+    return _Norm.apply(x, None, weight, bias, gate, eps, rms, out_dtype, False, gate_first)
 
 
 @not_compiled
@@ -227,4 +245,4 @@ def add_norm_triton(x: torch.Tensor, update: torch.Tensor, weight: torch.Tensor 
     """(s, norm(s)) with s = x + update [..., N] in their promoted dtype, in one pass: the residual add of a
     pre-norm block fused into the norm after it. The backward adds s's own gradient to the norm's in the same
     pass and writes it twice, for x and for update, in their dtypes."""
-    return _Norm.apply(x, update, weight, bias, None, eps, rms, out_dtype, True)
+    return _Norm.apply(x, update, weight, bias, None, eps, rms, out_dtype, True, False)

@@ -12,11 +12,14 @@ def layer_norm_naive(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.T
 
 
 def rms_norm_naive(x: torch.Tensor, weight: torch.Tensor | None, eps: float, gate: torch.Tensor | None,
-                   out_dtype: torch.dtype) -> torch.Tensor:
-    """RMSNorm over the last dim of x [..., N] times weight [N], times silu(gate [..., N]); float32 math at least
-    (float64 stays), y [..., N] in ``out_dtype``."""
+                   out_dtype: torch.dtype, gate_first: bool = False) -> torch.Tensor:
+    """RMSNorm over the last dim of x [..., N] times weight [N], times silu(gate [..., N]), or with
+    ``gate_first`` of x * silu(gate); float32 math at least (float64 stays), y [..., N] in ``out_dtype``."""
     acc = torch.promote_types(x.dtype, torch.float32)
-    y = F.rms_norm(x.to(acc), (x.shape[-1],), None if weight is None else weight.to(acc), eps)
-    if gate is not None:
+    x = x.to(acc)
+    if gate is not None and gate_first:
+        x = x * F.silu(gate.to(acc))
+    y = F.rms_norm(x, (x.shape[-1],), None if weight is None else weight.to(acc), eps)
+    if gate is not None and not gate_first:
         y = y * F.silu(gate.to(acc))
     return y.to(out_dtype)

@@ -43,7 +43,7 @@ ENTRIES = {
     "selective_scan": (selective_scan, lambda: (rand(B, T, K), torch.rand(B, T, K) * 0.1, neg(K, 4), rand(B, T, 4),
                                                 rand(B, T, 4)), "selective_scan", "naive", ["triton"]),
     "ssd": (ssd, lambda: (rand(B, T, H, 3), torch.rand(B, T, H) * 0.1, neg(H), rand(B, T, 5), rand(B, T, 5)), "ssd",
-            "naive", ["chunked"]),
+            "naive", ["triton", "chunked"]),
     "rwkv7": (rwkv7, lambda: (rand(B, T, H, K), -0.5 * torch.rand(B, T, H, K), rand(B, T, H, K), rand(B, T, H, K),
                               rand(B, T, H, K), rand(B, T, H, K)), "rwkv7", "naive", ["triton", "chunked"]),
     "based_attention": (based_attention, lambda: (rand(B, T, H, K), rand(B, T, H, K), rand(B, T, H, 3)), "based",

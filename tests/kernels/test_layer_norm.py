@@ -30,16 +30,16 @@ def make(layout, N):
 
 # op -> entry(x, weight, bias or gate, backend)
 ENTRIES = {"layer_norm": lambda x, w, b, backend: layer_norm(x, w, b, 1e-5, backend=backend),
-           "rms_norm": lambda x, w, z, backend: rms_norm(x, w, 1e-6, z, backend=backend)}
+           "rms_norm": lambda x, w, z, backend, **kw: rms_norm(x, w, 1e-6, z, backend=backend, **kw)}
 
 
-def assert_matches_reference(op, tensors, atol=1e-5):
-    """ENTRIES[op](*tensors) on Triton and on the reference: values, and the gradients of every tensor that is
-    not None, for the same random output gradient."""
+def assert_matches_reference(op, tensors, atol=1e-5, **kwargs):
+    """ENTRIES[op](*tensors, **kwargs) on Triton and on the reference: values, and the gradients of every tensor
+    that is not None, for the same random output gradient."""
     results = []
     for name in ("naive", "triton"):
         leaves = [None if t is None else t.detach().clone().requires_grad_() for t in tensors]
-        y = ENTRIES[op](*leaves, backend=name)
+        y = ENTRIES[op](*leaves, backend=name, **kwargs)
         assert backend.last_backend(op) == name
         torch.manual_seed(1)
         grads = torch.autograd.grad(y, [t for t in leaves if t is not None], torch.randn_like(y))
@@ -84,16 +84,26 @@ def test_triton_layer_norm_matches_reference(layout, N, affine):
     assert_matches_reference("layer_norm", [x, weight, bias])
 
 
-@pytest.mark.parametrize("layout, N, weight, gate", [("heads", 16, True, True), ("heads", 24, True, False),
-                                                     ("heads", 40, False, True), ("2d", 128, True, True),
-                                                     ("3d", 128, False, False)])
+# gate: None, "after" the norm (GatedFWA's) or "first", before it (Mamba-2's)
+@pytest.mark.parametrize("layout, N, weight, gate", [("heads", 16, True, "after"), ("heads", 24, True, None),
+                                                     ("heads", 40, False, "after"), ("2d", 128, True, "after"),
+                                                     ("3d", 128, False, None), ("heads", 24, True, "first"),
+                                                     ("2d", 100, True, "first"), ("3d", 128, False, "first")])
 def test_triton_rms_norm_matches_reference(layout, N, weight, gate):
     torch.manual_seed(N)
     x = make(layout, N) * 3
     z = None
     if gate:  # a strided gate for head views too: another slice of a fused projection
         z = head_view(*x.shape, part=1, parts=2) * 2 if layout == "heads" else torch.randn_like(x) * 2
-    assert_matches_reference("rms_norm", [x, torch.randn(N) if weight else None, z])
+    assert_matches_reference("rms_norm", [x, torch.randn(N) if weight else None, z], gate_first=gate == "first")
+
+
+def test_the_gate_first_reference_normalizes_the_gated_row():
+    torch.manual_seed(0)
+    x, z, w = torch.randn(3, 5, 24, dtype=torch.float64), torch.randn(3, 5, 24, dtype=torch.float64), torch.randn(24)
+    want = torch.nn.functional.rms_norm(x * F.silu(z), (24,), w.double(), 1e-6)
+    torch.testing.assert_close(rms_norm(x, w, 1e-6, z, gate_first=True, backend="naive"), want)
+    assert not torch.allclose(rms_norm(x, w, 1e-6, z, backend="naive"), want)
 
 
 def test_triton_copies_a_strided_last_dim_and_takes_any_output_gradient():

@@ -5,9 +5,9 @@ Per head ``h`` (head dim P) and state size N::
     S_t = exp(dt_t A_h) S_{t-1} + dt_t B_t x_t^T      S: (N, P)
     y_t = S_t^T C_t + D_h x_t
 
-The scan, D's skip included, is ``zoo.kernels.ssd.ssd``: on GPU the chunked SSD algorithm in batched matmuls (on
-tensor cores under bf16 autocast) compiled by ``torch.compile`` on first use (tens of seconds per shape; it halved
-this block's training step on an H100), on CPU the exact quadratic form. The gated norm's RMSNorm is
+The scan, D's skip included, is ``zoo.kernels.ssd.ssd``: on GPU the chunked SSD algorithm in two Triton kernels
+(one each way, the state carried in registers; matmuls on tensor cores under bf16 autocast), on CPU the exact
+quadratic form. The gated norm's RMSNorm is
 ``zoo.kernels.layer_norm.rms_norm`` (one Triton kernel each way on GPU).
 """
 from __future__ import annotations
@@ -27,7 +27,9 @@ from zoo.mixers.registry import register_mixer
 
 
 class GatedRMSNorm(nn.Module):
-    """rmsnorm(y * silu(z)) * weight over the last dim, float32 math: y, z [..., E] -> [..., E] in z's dtype."""
+    """rmsnorm(y * silu(z)) * weight over the last dim, float32 math: y, z [..., E] -> [..., E] in z's dtype.
+    One Triton kernel each way on GPU, the gate's product included (mamba-ssm's ``RMSNormGated`` with
+    ``norm_before_gate=False``)."""
 
     def __init__(self, dim: int, eps: float = 1e-5):
         super().__init__()
@@ -35,8 +37,7 @@ class GatedRMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, y: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
-        # the gate comes first here, so it is not rms_norm's gate (which multiplies after the norm)
-        return rms_norm(y * F.silu(z), self.weight, self.eps, out_dtype=z.dtype)
+        return rms_norm(y, self.weight, self.eps, gate=z, out_dtype=z.dtype, gate_first=True)
 
 
 @register_mixer("mamba2")
