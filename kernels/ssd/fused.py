@@ -172,7 +172,6 @@ def _ssd_bwd_dx_kernel(X, DT, A, B, C, D, DY, DSTATES, DOT, CSDY, DX, DDT, DA, D
     t_ok = t < L
     A_h = tl.load(A + h).to(tl.float32)
     dt, g, g_all = _chunk_decays(DT + b * sdt_b + h * sdt_h, A_h, t, t_ok, sdt_t, Q)
-    eg = tl.exp(g)
     w = tl.exp(g_all - g) * dt
     X += b * sx_b + h * sx_h
     DY += b * sdy_b + h * sdy_h
