@@ -82,8 +82,9 @@ _keep_compiled = False  # set by ``keeping_compiled_code``
 
 
 def forget_compiled_code() -> None:
-    """Each group compiles anew (a compiled model, Mamba-2's compiled scan): a worker trains group after group, and
-    the compiled code of earlier groups' shapes would count against dynamo's recompile limit for the same functions.
+    """Each group compiles anew (a compiled model, RWKV-7's compiled layer math): a worker trains group after group,
+    and the compiled code of earlier groups' shapes would count against dynamo's recompile limit for the same
+    functions.
     Nothing to forget while dynamo has compiled no frame in this process: then the reset is skipped, since on a GPU
     machine it imports Inductor's CUDA-graph trees (2.8 s of a worker's first group, measured on an H100 machine).
     Skipped too within ``keeping_compiled_code``."""

@@ -1,14 +1,15 @@
 """Mamba-2's SSD scan: scalar-per-head decay, one group of B and C.
 
-``ssd(x, dt, A, B, C, D=None, backend="auto")``: ``"triton"`` (``fused.py``: one Triton kernel each way, the
-state carried from chunk to chunk in registers), ``"compiled"`` (``compiled.py``, the chunked form through
-``torch.compile``), ``"chunked"`` (``chunked.py``, the chunked algorithm in batched matmuls, eager), ``"naive"``
-(``naive.py``, the exact quadratic form) or ``"auto"``: the Triton kernels for CUDA tensors, the quadratic form
-elsewhere. ``zoo.kernels.backend.last_backend("ssd")`` says which ran.
+``ssd(x, dt, A, B, C, D=None, backend="auto")``: ``"triton"`` (``fused.py``: a Triton forward that carries the state
+from chunk to chunk in registers, and a backward in three kernels), ``"compiled"`` (``compiled.py``, the chunked
+form through ``torch.compile``), ``"chunked"`` (``chunked.py``, the chunked algorithm in batched matmuls, eager),
+``"naive"`` (``naive.py``, the exact quadratic form) or ``"auto"``: the Triton kernels for CUDA tensors, the quadratic
+form elsewhere. ``zoo.kernels.backend.last_backend("ssd")`` says which ran.
 
 The Triton kernels replaced the compiled chunked form as the GPU path: on one H100 (torch 2.11, Triton 3.6, bf16,
-``python -m zoo.bench.step``, B=256, N=256, d_model=128) Mamba-2's training step took 6.06 ms with the compiled
-form, most of it Inductor's elementwise kernels around small batched matmuls (``results/SPEED.md``).
+MQAR's figure-2 cell, B=256, L=256, d_model=128) one layer's SSD forward + backward took 0.84 to 1.07 ms against the
+compiled form's 2.19 (``python -m zoo.kernels.bench --ssd``), and Mamba-2's training step 4.09 ms against 6.06
+(``python -m zoo.bench.step``; ``results/SPEED.md``).
 """
 from __future__ import annotations
 

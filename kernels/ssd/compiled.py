@@ -1,4 +1,5 @@
-"""``ssd_chunked`` through ``torch.compile``: the GPU path of ``zoo.kernels.ssd`` (``backend="compiled"``).
+"""``ssd_chunked`` through ``torch.compile``: ``zoo.kernels.ssd``'s ``backend="compiled"``, its GPU path before the
+Triton kernels of ``fused.py``, which are 2 to 2.6 times faster (``results/SPEED.md``).
 
 Most of the chunked form's GPU time is PyTorch's elementwise kernels and reductions around its batched matmuls (the
 decays, the causal mask, the casts, and their gradients), not the matmuls. On an H100 (torch 2.11, Triton 3.6), one

@@ -92,7 +92,7 @@ def profile_run(mixer: str, graphs: bool, epochs: int = 1, top: int = 8, cell: t
     with tempfile.TemporaryDirectory() as tmp:
         train_group(cfgs, [Path(tmp) / f"warm{i}" for i in range(len(cfgs))], quiet=True)
         torch.cuda.synchronize()
-        # the warm-up's compiled code stays (Mamba-2's and RWKV-7's compiled functions would compile again)
+        # the warm-up's compiled code stays (RWKV-7's compiled functions would compile again)
         with keeping_compiled_code(), profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
             t0 = time.perf_counter()
             record = train_group(cfgs, [Path(tmp) / f"run{i}" for i in range(len(cfgs))], quiet=True)[0]

@@ -5,10 +5,9 @@ Per head ``h`` (head dim P) and state size N::
     S_t = exp(dt_t A_h) S_{t-1} + dt_t B_t x_t^T      S: (N, P)
     y_t = S_t^T C_t + D_h x_t
 
-The scan, D's skip included, is ``zoo.kernels.ssd.ssd``: on GPU the chunked SSD algorithm in two Triton kernels
-(one each way, the state carried in registers; matmuls on tensor cores under bf16 autocast), on CPU the exact
-quadratic form. The gated norm's RMSNorm is
-``zoo.kernels.layer_norm.rms_norm`` (one Triton kernel each way on GPU).
+The scan, D's skip included, is ``zoo.kernels.ssd.ssd``: on GPU the chunked SSD algorithm in Triton kernels (the
+state carried in registers; matmuls on tensor cores under bf16 autocast), on CPU the exact quadratic form. The gated
+norm is ``zoo.kernels.layer_norm.rms_norm`` with the gate first (one Triton kernel each way on GPU).
 """
 from __future__ import annotations
 
