@@ -273,7 +273,7 @@ def selective_scan_rows(Bt, L, E, N):
 
 
 # launch choices of the SSD kernels tried beside the default (``zoo.kernels.ssd.fused.LAUNCH``): kernel -> (warps, stages)
-SSD_LAUNCHES = [{"dx": (8, 1)}, {"dbc": (4, 1)}, {"dx": (4, 2), "dbc": (8, 2)}, {"fwd": (8, 1), "dstate": (8, 1)}]
+SSD_LAUNCHES = [{"dx": (8, 1)}, {"dbc": (8, 1)}, {"dbc": (4, 1)}, {"fwd": (8, 1), "dstate": (8, 1)}]
 
 
 def ssd_rows(Bt, L, H, P, N):

@@ -49,7 +49,7 @@ import triton.language as tl
 CHUNK = 64  # steps a chunk: the (Q, Q) tiles of the quadratic form
 BLOCK_P = 64  # head dims a program
 # (num_warps, num_stages) of each kernel: forward, dS walk, dx and dt's gradient, dB and dC
-LAUNCH = {"fwd": (4, 1), "dstate": (4, 1), "dx": (4, 1), "dbc": (8, 1)}
+LAUNCH = {"fwd": (4, 1), "dstate": (4, 1), "dx": (4, 1), "dbc": (8, 2)}
 
 
 @triton.jit
@@ -227,7 +227,6 @@ def _ssd_bwd_dbc_kernel(X, DT, A, B, C, DY, STATES, DSTATES, DB, DC, CSDY, L, H,
     t_ok = t < L
     Bt_ = _tile(B + b * sb_b, t, n, t_ok, n_ok, sb_t, sb_n).to(mm)  # [Q (s), BN]
     Cn = _tile(C + b * sc_b, n, t, n_ok, t_ok, sc_n, sc_t).to(mm)  # [BN, Q (t)]
-    Ct = _tile(C + b * sc_b, t, n, t_ok, n_ok, sc_t, sc_n).to(mm)  # [Q (t), BN]
     below = i[None, :] <= i[:, None]  # [t, s]: s <= t
     dC = tl.zeros([Q, BN], dtype=tl.float32)
     dBT = tl.zeros([BN, Q], dtype=tl.float32)
@@ -244,7 +243,9 @@ def _ssd_bwd_dbc_kernel(X, DT, A, B, C, DY, STATES, DSTATES, DB, DC, CSDY, L, H,
         dC += tl.dot(dyxW, Bt_, input_precision=PREC)
         dyS = tl.exp(g)[:, None] * tl.dot(dy, S_inT, input_precision=PREC)  # [t, n]: exp(G_t) dy_t S_in^T
         dC += dyS
-        tl.store(CSDY + ((pb * Bt + b) * L + t) * H + h, tl.sum(dyS * Ct.to(tl.float32), axis=1), mask=t_ok)
+        # C in its row layout, loaded again for each head (from L2) rather than held across the loop
+        Ct = _tile(C + b * sc_b, t, n, t_ok, n_ok, sc_t, sc_n).to(tl.float32)  # [Q (t), BN]
+        tl.store(CSDY + ((pb * Bt + b) * L + t) * H + h, tl.sum(dyS * Ct, axis=1), mask=t_ok)
         dBT += tl.dot(Cn, dyxW, input_precision=PREC)
         dBT += tl.dot(dS, xT, input_precision=PREC) * (tl.exp(g_all - g) * dt)[None, :]
     base = (pb * Bt + b) * L * N  # [blocks of P, Bt, L, N]
