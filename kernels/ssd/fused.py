@@ -71,17 +71,23 @@ def _chunk_decays(DT, A_h, t, t_ok, s_dt_t, Q: tl.constexpr):
 
 
 @triton.jit
+def _walk_indices(bh, pb, H, N, P, BN: tl.constexpr, BP: tl.constexpr):
+    """The indices of a program that walks one sequence and head: (sequence b, head h, state rows n, head dims p,
+    their masks)."""
+    n = tl.arange(0, BN)
+    p = pb * BP + tl.arange(0, BP)
+    return (bh // H).to(tl.int64), bh % H, n, p, n < N, p < P
+
+
+@triton.jit
 def _ssd_fwd_kernel(X, DT, A, B, C, D, Y, STATES, L, H, N, P,
                     sx_b, sx_t, sx_h, sx_p, sdt_b, sdt_t, sdt_h, sb_b, sb_t, sb_n, sc_b, sc_t, sc_n,
                     sy_b, sy_t, sy_h, sy_p, HAS_D: tl.constexpr, Q: tl.constexpr, BN: tl.constexpr,
                     BP: tl.constexpr, PREC: tl.constexpr):
     """One program per (sequence and head, block of P): y, and each chunk's entering state in STATES."""
     bh, pb = tl.program_id(0), tl.program_id(1)
-    b, h = (bh // H).to(tl.int64), bh % H
+    b, h, n, p, n_ok, p_ok = _walk_indices(bh, pb, H, N, P, BN, BP)
     mm = X.dtype.element_ty
-    n = tl.arange(0, BN)
-    p = pb * BP + tl.arange(0, BP)
-    n_ok, p_ok = n < N, p < P
     X += b * sx_b + h * sx_h
     Y += b * sy_b + h * sy_h
     DT += b * sdt_b + h * sdt_h
@@ -122,11 +128,8 @@ def _ssd_dstate_kernel(DT, A, C, DY, STATES, DSTATES, DOT, L, H, N, P, sdt_b, sd
     """One program per (sequence and head, block of P) walks the chunks in reverse: each chunk's dS = dL/dS_out,
     and <dS, S_in> (its share of the gradient of the chunk's whole decay) into DOT [blocks of P, Bt H, chunks]."""
     bh, pb = tl.program_id(0), tl.program_id(1)
-    b, h = (bh // H).to(tl.int64), bh % H
+    b, h, n, p, n_ok, p_ok = _walk_indices(bh, pb, H, N, P, BN, BP)
     mm = DSTATES.dtype.element_ty
-    n = tl.arange(0, BN)
-    p = pb * BP + tl.arange(0, BP)
-    n_ok, p_ok = n < N, p < P
     DY += b * sdy_b + h * sdy_h
     DT += b * sdt_b + h * sdt_h
     C += b * sc_b
@@ -151,6 +154,19 @@ def _ssd_dstate_kernel(DT, A, C, DY, STATES, DSTATES, DOT, L, H, N, P, sdt_b, sd
 
 
 @triton.jit
+def _chunk_indices(bc, pb, L, N, P, Q: tl.constexpr, BN: tl.constexpr, BP: tl.constexpr):
+    """The indices of a per-chunk program: (chunks, sequence b, chunk c, state rows n, head dims p, their masks, the
+    chunk's steps i and t = c Q + i, t's mask)."""
+    n_chunks = tl.cdiv(L, Q)
+    b, c = (bc // n_chunks).to(tl.int64), bc % n_chunks
+    n = tl.arange(0, BN)
+    p = pb * BP + tl.arange(0, BP)
+    i = tl.arange(0, Q)
+    t = c * Q + i
+    return n_chunks, b, c, n, p, n < N, p < P, i, t, t < L
+
+
+@triton.jit
 def _ssd_bwd_dx_kernel(X, DT, A, B, C, D, DY, DSTATES, DOT, CSDY, DX, DDT, DA, DD, L, H, N, P, Bt,
                        sx_b, sx_t, sx_h, sx_p, sdt_b, sdt_t, sdt_h, sb_b, sb_t, sb_n, sc_b, sc_t, sc_n,
                        sdy_b, sdy_t, sdy_h, sdy_p, HAS_D: tl.constexpr, Q: tl.constexpr, BN: tl.constexpr,
@@ -161,15 +177,8 @@ def _ssd_bwd_dx_kernel(X, DT, A, B, C, D, DY, DSTATES, DOT, CSDY, DX, DDT, DA, D
 
     The score terms are computed transposed ([s, t]: B_s . C_t), from operands loaded in that orientation."""
     bc, h, pb = tl.program_id(0), tl.program_id(1), tl.program_id(2)
-    n_chunks = tl.cdiv(L, Q)
-    b, c = (bc // n_chunks).to(tl.int64), bc % n_chunks
+    n_chunks, b, c, n, p, n_ok, p_ok, i, t, t_ok = _chunk_indices(bc, pb, L, N, P, Q, BN, BP)
     mm = X.dtype.element_ty
-    n = tl.arange(0, BN)
-    p = pb * BP + tl.arange(0, BP)
-    n_ok, p_ok = n < N, p < P
-    i = tl.arange(0, Q)
-    t = c * Q + i
-    t_ok = t < L
     A_h = tl.load(A + h).to(tl.float32)
     dt, g, g_all = _chunk_decays(DT + b * sdt_b + h * sdt_h, A_h, t, t_ok, sdt_t, Q)
     w = tl.exp(g_all - g) * dt
@@ -216,15 +225,8 @@ def _ssd_bwd_dbc_kernel(X, DT, A, B, C, DY, STATES, DSTATES, DB, DC, CSDY, L, H,
     head the rows of (C exp(G) S_in) * dy summed, a term of the decays' gradient, into CSDY [blocks of P, Bt, L,
     H]."""
     bc, pb = tl.program_id(0), tl.program_id(1)
-    n_chunks = tl.cdiv(L, Q)
-    b, c = (bc // n_chunks).to(tl.int64), bc % n_chunks
+    n_chunks, b, c, n, p, n_ok, p_ok, i, t, t_ok = _chunk_indices(bc, pb, L, N, P, Q, BN, BP)
     mm = X.dtype.element_ty
-    n = tl.arange(0, BN)
-    p = pb * BP + tl.arange(0, BP)
-    n_ok, p_ok = n < N, p < P
-    i = tl.arange(0, Q)
-    t = c * Q + i
-    t_ok = t < L
     Bt_ = _tile(B + b * sb_b, t, n, t_ok, n_ok, sb_t, sb_n).to(mm)  # [Q (s), BN]
     Cn = _tile(C + b * sc_b, n, t, n_ok, t_ok, sc_n, sc_t).to(mm)  # [BN, Q (t)]
     below = i[None, :] <= i[:, None]  # [t, s]: s <= t
