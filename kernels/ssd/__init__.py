@@ -30,7 +30,7 @@ def ssd(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: 
     """x: [Bt, L, H, P]; dt: [Bt, L, H] positive; A: [H] negative; B, C: [Bt, L, N]; D: [H], the skip D_h x_t, or
     None -> y: [Bt, L, H, P] in x's dtype."""
     check_backend(backend, BACKENDS)
-    if backend == COMPILED:  # not on a CPU by default: there it would time the C++ compiler
+    if backend == COMPILED:  # named only: "auto" runs the Triton kernels on a GPU
         y = ssd_compiled(x, dt, A, B, C, D, fallback=False)
         record("ssd", COMPILED)
         return y

@@ -333,4 +333,7 @@ def ssd_fused(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Tenso
     chunk small)."""
     if chunk < 16 or chunk & (chunk - 1):
         raise ValueError(f"ssd_fused: chunk={chunk} is not a power of two >= 16")
+    unknown = sorted(set(launch or {}) - set(LAUNCH))
+    if unknown:
+        raise ValueError(f"ssd_fused: launch key(s) {unknown} are not valid: expected some of {sorted(LAUNCH)}")
     return SSDFunction.apply(x, dt, A, B, C, D, chunk, block_p, {**LAUNCH, **(launch or {})})

@@ -113,8 +113,8 @@ def test_compiled_form_traces_as_one_graph_and_matches_the_eager_form():
 
 
 def test_a_compile_failure_is_said_once_and_not_tried_again(monkeypatch, caplog):
-    """Named explicitly, the compiled backend raises; as "auto"'s choice (on a GPU) it returns None after saying why
-    once, and the entry runs the eager chunked form from then on without trying to compile again."""
+    """Named explicitly, the compiled backend raises; with ``fallback`` (``Compiled``'s default, on which RWKV-7's
+    compiled layer math relies) it returns None after saying why once, and does not try to compile again."""
     calls = []
 
     def broken(*args):
@@ -185,6 +185,11 @@ def test_triton_kernels_give_the_same_bits_twice():
 def test_triton_kernels_refuse_a_chunk_that_is_no_power_of_two():
     with pytest.raises(ValueError, match="chunk=24"):
         ssd_fused(*(t.float() for t in ssd_inputs(1, 4)), chunk=24)
+
+
+def test_triton_kernels_refuse_a_launch_for_no_kernel():
+    with pytest.raises(ValueError, match=r"launch key\(s\) \['bwd'\].*'dbc', 'dstate', 'dx', 'fwd'"):
+        ssd_fused(*(t.float() for t in ssd_inputs(1, 4)), launch={"bwd": (4, 1)})
 
 
 GPU_SSD = dict(Bt=4, L=200, H=4, P=64, N=128)  # Mamba-2's heads at d_model=128; 200 steps: the last chunk partial
