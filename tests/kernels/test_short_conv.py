@@ -13,7 +13,8 @@ from zoo.mixers.short_conv import ShortConv
 from graph_capture import assert_replays_like_eager
 
 B, T, C = 2, 11, 13
-SMALL_TILES = dict(block_t=4, block_c=8)  # T and C are no multiples: partial tiles, filters reaching across borders
+SMALL_TILES = tiled.Tiles(block_t=4, block_c=8, num_warps=1)  # T and C are no multiples: partial tiles, filters
+# reaching across borders
 
 
 @pytest.fixture(autouse=True)
@@ -36,12 +37,12 @@ def output_and_grads(run, x, weight, bias, activation, dy):
 
 
 def triton_small_tiles(x, weight, bias, activation):
-    return tiled.short_conv(x, weight, bias, activation, **SMALL_TILES)
+    return tiled.short_conv(x, weight, bias, activation, SMALL_TILES)
 
 
 def assert_matches_reference(x, weight, bias, activation, dy=None, rtol=1e-5, atol=1e-5, tiles=SMALL_TILES):
     dy = torch.randn(x.shape) if dy is None else dy
-    got = output_and_grads(functools.partial(tiled.short_conv, **tiles), x, weight, bias, activation, dy)
+    got = output_and_grads(functools.partial(tiled.short_conv, tiles=tiles), x, weight, bias, activation, dy)
     want = output_and_grads(short_conv_naive, x, weight, bias, activation, dy)
     assert got[0].is_contiguous() and got[0].dtype == x.dtype
     for g, w in zip(got, want):
@@ -55,7 +56,7 @@ def assert_matches_reference(x, weight, bias, activation, dy=None, rtol=1e-5, at
 def test_matches_reference(K, with_bias, activation, block_t):
     """T = 11 is no multiple of any tile, and with tiles of 2 or 4 times the K - 1 shifted reads (of x forward, of dy and
     of x for the recomputed silu backward) cross one or more tile borders; K = 1 shifts nothing."""
-    assert_matches_reference(*inputs(K, with_bias), activation, tiles=dict(block_t=block_t, block_c=8))
+    assert_matches_reference(*inputs(K, with_bias), activation, tiles=tiled.Tiles(block_t, 8, 1))
 
 
 @pytest.mark.parametrize("length", [1, 3])
