@@ -6,10 +6,10 @@ way, every training step transposes the input to [B, C, T] and back, pads, slice
 forward and backward. ``tiled.py`` works on the [B, T, C] layout as it lies: one Triton kernel for the forward, one
 for the backward, float32 sums, deterministic filter and bias gradients (no atomics), capturable in a CUDA graph.
 ``activation="silu"`` fuses the silu that Mamba, Mamba-2 and DeltaNet apply right after their conv (the backward
-recomputes the pre-activation instead of saving it). On an H200, bf16 (``python -m zoo.kernels.bench --short-conv``),
-forward / forward + backward: 0.063 / 0.367 ms against the grouped conv1d's 0.409 / 1.310 at B=256, T=256, C=384,
-K=3, and 0.136 / 0.808 against 0.283 / 0.916 at B=128, T=512, C=256, K=4 (there the backward, which then recomputed
-the silu at each of the K shifts, was 5x the forward; it now writes dL/dpre once, see ``tiled.py``).
+recomputes the pre-activation instead of saving it). On an H100 80GB, bf16, timed in a CUDA graph (``python -m
+zoo.kernels.bench --short-conv``), forward / forward + backward: 0.037 / 0.128 ms against the grouped conv1d's
+0.425 / 1.195 at B=256, T=256, C=384, K=3 (Hyena's), and with silu 0.032 / 0.145 against 0.348 / 1.040 at B=256,
+T=256, C=256, K=4 (Mamba's); ``tiled.py`` says how its launch was chosen.
 
 ``short_conv(x, weight, bias=None, activation=None, backend="auto")``: ``"triton"`` (``tiled.py``), ``"naive"``
 (``naive.py``, ``F.conv1d`` with the transposes), ``"auto"`` Triton for CUDA tensors.
