@@ -33,7 +33,11 @@ Tiles are (N, BLOCK_E), channels across a warp's lanes (A and the states are lai
 stores are coalesced and Triton keeps that layout through the walk). The earlier (BLOCK_E, N) tiles put 16 lanes
 along N and cost the backward 194 warp shuffles per step (counted in its PTX for sm_90), most of them in its three sums
 over N; with channels across the lanes those sums stay inside each thread, and its two sums over channels (dB, dC)
-take 160 shuffles. Measured on an H100 80GB in one process (forward + backward of one layer's call, bf16 inputs,
+take 160 shuffles. (Those counts come from a compile without the JIT's specialization. Compiled as the JIT
+specializes a launch at Bt=256, L=256, E=256 (unit strides constexpr, sizes and pointers divisible by 16; Triton 3.9
+on a CPU, sm_90; the GPU's Triton 3.6 was not inspected), a tile is 8 states x 4 channels a thread over 2 x 16 lanes:
+the backward holds 132 shuffles, 255 registers and 192 bytes of spills, so an SM holds at most 8 of its one-warp
+programs, about what the launch's 1024 programs give 132 SMs.) Measured on an H100 80GB in one process (forward + backward of one layer's call, bf16 inputs,
 every option), ms, the earlier tiles with 32 channels a program against these with ``_block_e``'s channels:
 1.593 -> 1.366 at Bt=256, L=256, E=256 (64 channels), 5.192 -> 4.926 at Bt=128, L=512, E=1024 (64), 2.800 -> 2.705
 at Bt=256, L=256, E=512 (64), 1.408 -> 1.350 at Bt=128, L=512, E=128 (16). The forward alone got slower at the first
