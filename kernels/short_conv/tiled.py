@@ -20,8 +20,9 @@ host sync), so a CUDA graph can capture both passes.
 Measured on an H100 80GB (one backward call, bf16, silu, B=256, T=256, K=4, C=256 / 512, us): 179 / 340 for the
 earlier form (64 x 64 tiles of 4 warps; a first kernel wrote g to a float32 [B, T, C] buffer that a second read at
 K shifts), 174 / 340 for this one at that launch, 96 / 185 at its launch now (:data:`TILES`). At 64 x 64 the sums
-over times were half the time (74 us without them at C=256); g recomputed at each shift instead of shared (K x K
-loads of x, K sigmoids per value) was slower at every launch, as was g through a per-program scratch in memory.
+over times were half the time (74 us without them at C=256). g recomputed at each shift instead of shared (K x K
+loads of x, K sigmoids per value) was slower at every launch tried; g through a per-program scratch in memory was
+slower at the fastest ones (113.5 against 99.9 us at C=256).
 """
 from __future__ import annotations
 
@@ -41,11 +42,12 @@ class Tiles(NamedTuple):
     num_warps: int
 
 
-# The launch by activation (False: none, True: silu): the fastest of 10 (8 to 128 times, 32 to 128 channels, 1 to 4
-# warps) for both passes at B=256, T=256 and C=256, 384, 512, and B=128, T=512, C=1024 (K=3 or 4, bf16, an H100 80GB,
-# ``results/SPEED.md``). One warp keeps the backward's sums over a tile's times (the filter and bias gradients) and
-# its shifts of g inside a warp; at 64 x 64 with 4 warps those sums took half the backward's time. Under silu the
-# 32 x 32 tile, half the registers of 32 x 64, was 1.7 to 1.9 times faster than the 64 x 64 one in the backward.
+# The launch by activation (False: none, True: silu): the fastest of 10 (16 to 128 times, 32 to 128 channels, 1 to
+# 4 warps) for both passes at B=256, T=256 and C=256, 384, 512, and B=128, T=512, C=1024 (K=3 or 4, bf16, an H100
+# 80GB, ``results/SPEED.md``). One warp keeps the backward's sums over a tile's times (the filter and bias
+# gradients) and its shifts of g inside a warp; at 64 x 64 with 4 warps those sums took half the backward's time.
+# Under silu the backward at 32 x 32 was 1.7 to 1.9 times faster than at 64 x 64, and than at 32 x 64 (96 against
+# 144 us at C=256); without an activation 32 x 64 was the fastest.
 TILES = {False: Tiles(32, 64, 1), True: Tiles(32, 32, 1)}
 
 
