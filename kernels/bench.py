@@ -233,12 +233,14 @@ def rwkv7_rows(B, T, H, K):
     return rows
 
 
-# the default (channels per program by the launch's size), then "auto" (the mode the state budget picks) at 16, 32 and
-# 64 channels and 1 and 2 warps (4 warps and 2 pipelining stages were slower or the same wherever measured), then each
-# mode by name at the default channels, also where "auto" picks another one (as at the grid's Mamba runs at
-# d_model=512)
+# the default (the backward's channels per program by the launch's size), then "auto" (the mode the state budget
+# picks) with the backward at 16, 32 and 64 channels and 1 and 2 warps (4 warps and 2 pipelining stages were slower or
+# the same wherever measured), then each mode by name at the default channels, also where "auto" picks another one
+# (as at the grid's Mamba runs at d_model=512), then the forward at other channels and warps
+FORWARD_LAUNCHES = ((32, 1), (64, 1), (128, 2), (64, 4))
 SCAN_LAUNCHES = ([Launch(block_e, warps) for block_e in (16, 32, 64) for warps in (1, 2)]
-                 + [Launch(None, 1, 1, states) for states in ("all", "half", "chunked")])
+                 + [Launch(None, 1, 1, states) for states in ("all", "half", "chunked")]
+                 + [Launch(forward_block_e=block_e, forward_warps=warps) for block_e, warps in FORWARD_LAUNCHES])
 
 
 def selective_scan_rows(Bt, L, E, N):
@@ -261,8 +263,8 @@ def selective_scan_rows(Bt, L, E, N):
     rows = {}
     for launch in dict.fromkeys([Launch(), *SCAN_LAUNCHES]):
         channels = "auto" if launch.block_e is None else f"{launch.block_e:>2d}"
-        name = (f"ours {channels} ch, {launch.num_warps} warps, {launch.num_stages} stages, "
-                f"{launch.states} states")
+        name = (f"ours fwd {launch.forward_block_e} ch {launch.forward_warps} warps, bwd {channels} ch "
+                f"{launch.num_warps} warps, {launch.num_stages} stages, {launch.states} states")
         rows[name] = timed_pair(lambda: selective_scan(u, dt, A, B, C, D, z, bias, True, launch=launch), grad, leaves)
     try:
         rows["mamba-ssm selective_scan_fn"] = timed_pair(

@@ -22,8 +22,9 @@ chunked):
       Bt=128, L=512, E=1024 (d_model=512, N=512):    half 4.61 (5.29)   all 5.32 (5.64)   chunked 5.65 (5.98)
 
   (earlier (BLOCK_E, N) tiles, 32 channels a program; in brackets the same mode with 16, the default until then,
-  when "auto" stored every state where it fit). At the first shape the forward takes 0.34 ms in half against 0.52 ms storing every state.
-  The backward costs the same in both (about 0.85 ms): the recompute hides behind the walk's chain.
+  when "auto" stored every state where it fit). At the first shape the forward takes 0.34 ms in half against 0.52
+  ms storing every state. The backward costs the same in both (about 0.85 ms): the recompute hides behind the
+  walk's chain.
 * chunked, where every other state would exceed the budget: the forward stores only the state entering each chunk
   of ``CHUNK`` steps (1/CHUNK of the memory), and the backward, chunk by chunk from the last, walks the chunk
   forward again from that state (keeping each step's incoming state in a per-program scratch of CHUNK states,
@@ -37,17 +38,37 @@ take 160 shuffles. (Those counts come from a compile without the JIT's specializ
 specializes a launch at Bt=256, L=256, E=256 (unit strides constexpr, sizes and pointers divisible by 16; Triton 3.9
 on a CPU, sm_90; the GPU's Triton 3.6 was not inspected), a tile is 8 states x 4 channels a thread over 2 x 16 lanes:
 the backward holds 132 shuffles, 255 registers and 192 bytes of spills, so an SM holds at most 8 of its one-warp
-programs, about what the launch's 1024 programs give 132 SMs.) Measured on an H100 80GB in one process (forward + backward of one layer's call, bf16 inputs,
-every option), ms, the earlier tiles with 32 channels a program against these with ``_block_e``'s channels:
-1.593 -> 1.366 at Bt=256, L=256, E=256 (64 channels), 5.192 -> 4.926 at Bt=128, L=512, E=1024 (64), 2.800 -> 2.705
+programs, about what the launch's 1024 programs give 132 SMs.) Measured on an H100 80GB in one process (forward +
+backward of one layer's call, bf16 inputs, every option), ms, the earlier tiles with 32 channels a program against
+these with ``_block_e``'s channels: 1.593 -> 1.366 at Bt=256, L=256, E=256 (64 channels), 5.192 -> 4.926 at Bt=128, L=512, E=1024 (64), 2.800 -> 2.705
 at Bt=256, L=256, E=512 (64), 1.408 -> 1.350 at Bt=128, L=512, E=128 (16). The forward alone got slower at the first
 shape (0.418 -> 0.526 ms) while the backward got faster (1.175 -> 0.840). The timings in the list above were taken
 with the earlier tiles.
 
-Launch: one warp per program keeps a program's sums over its channels inside one warp, with no shared-memory round
-trip per step. 2 warps were slower at every shape above (1.62 and 7.22 ms with 32 channels), 4 warps and 2
-software-pipelining stages slower or the same wherever measured (an H200, 16 channels, storing every state: 1.42
-ms against 2.23 with 32 channels and 4 warps, the default before that, at Bt=256, L=256, E=256).
+Launch: one warp per backward program keeps a program's sums over its channels inside one warp, with no
+shared-memory round trip per step. 2 warps were slower at every shape above (1.62 and 7.22 ms with 32 channels), 4
+warps and 2 software-pipelining stages slower or the same wherever measured (an H200, 16 channels, storing every
+state: 1.42 ms against 2.23 with 32 channels and 4 warps, the default before that, at Bt=256, L=256, E=256).
+
+The forward walks two steps a loop step where it keeps states in one span (all and half), so that with every other
+state kept the state to store is the loop step's last (no masked store each step), and the two steps' work off the
+chain (their exponentials, their outputs' sums over N) can overlap. It has its own launch, 64 channels and 2 warps a
+program (``Launch.forward_block_e``, ``forward_warps``). Forward alone, ms, best of two rounds of ``do_bench`` in one
+process on an H100 80GB, bf16 inputs, every option, half mode, the one-step walk at its best of 8 launches (16 to 128
+channels, 1 to 4 warps) against the two-step walk at 64 channels and 2 warps:
+
+    Bt, L, E (N=16)     one step          two steps
+    256, 256, 256       0.333 (64, 1)     0.295
+    128, 512, 1024      1.397 (64, 1)     1.137
+    128, 512, 512       0.665 (64, 1)     0.580
+    128, 512, 128       0.382 (16, 1)     0.282
+    512, 128, 512       0.615 (64, 1)     0.585
+
+The one-step walk was no faster at 2 warps than at 1 (0.349, 1.457 ms at the first two shapes). A two-step reverse
+walk for the backward (odd step t, whose h_{t-1} is stored, then t - 1 from the recomputed h_t, sharing that
+recompute's decay) was no faster at any launch tried, 1 or 2 warps and 32 or 64 channels (1.130 against 1.135 ms
+forward + backward at the first shape): compiled for sm_90 it holds 255 registers and spills 450 to 950 bytes at
+64 channels, and at 32 fits but leaves twice the programs.
 
 Loading ahead: every walk loads step t's input rows (u, dt, B, C, z, the output gradient, and in the one-walk
 backwards h_{t-1}) during the step before, so a load's latency overlaps a step's work instead of stalling the chain.
@@ -159,6 +180,35 @@ def _stored_states(state_ptr, b, e, n, L, E, N: tl.constexpr, CHUNK: tl.constexp
 
 
 @triton.jit
+def _dt(dt_in, bias, HAS_BIAS: tl.constexpr, SOFTPLUS: tl.constexpr):
+    """(dt', softplus'(dt + bias)) for a row of dt before bias and softplus: dt' = softplus(dt + bias) with each term
+    optional (without softplus the second value is dt' again, and unused)."""
+    if HAS_BIAS:
+        dt_in += bias
+    if SOFTPLUS:
+        dtt, gsoftplus = _softplus(dt_in)
+    else:
+        dtt, gsoftplus = dt_in, dt_in
+    return dtt, gsoftplus
+
+
+@triton.jit
+def _fwd_step(h, rows, t, A, bias, Dskip, y_ptr, b, e, emask, L, E, HAS_D: tl.constexpr, HAS_Z: tl.constexpr,
+              HAS_BIAS: tl.constexpr, SOFTPLUS: tl.constexpr):
+    """Step t of the forward walk: the state after it from h, the state before it, and its output row, stored."""
+    ut, dt_in, Bt, Ct, zt = rows
+    dtt, _ = _dt(dt_in, bias, HAS_BIAS, SOFTPLUS)
+    h = tl.exp(dtt[None, :] * A) * h + (dtt * ut)[None, :] * Bt[:, None]
+    y = tl.sum(h * Ct[:, None], axis=0)
+    if HAS_D:
+        y += Dskip * ut
+    if HAS_Z:
+        y *= zt * sigmoid(zt)
+    tl.store(y_ptr + (b * L + t) * E + e, y, mask=emask)
+    return h
+
+
+@triton.jit
 def _scan_fwd_kernel(u_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr, y_ptr, state_ptr, L, E,
                      su_b, su_t, su_e, sdt_b, sdt_t, sdt_e, sz_b, sz_t, sz_e, sB_b, sB_t, sB_n, sC_b, sC_t, sC_n,
                      N: tl.constexpr, BLOCK_E: tl.constexpr, CHUNK: tl.constexpr, STORE_ALL: tl.constexpr,
@@ -169,41 +219,52 @@ def _scan_fwd_kernel(u_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr,
     n = tl.arange(0, N)
     emask = e < E
     A = tl.load(A_ptr + n[:, None] * E + e[None, :], mask=emask[None, :], other=0.0)
-    if HAS_BIAS:
-        bias = tl.load(bias_ptr + e, mask=emask, other=0.0)
-    if HAS_D:
-        Dskip = tl.load(D_ptr + e, mask=emask, other=0.0)
-    span = L if STORE_ALL else CHUNK
+    bias = tl.load(bias_ptr + e, mask=emask, other=0.0) if HAS_BIAS else tl.zeros([BLOCK_E], dtype=tl.float32)
+    Dskip = tl.load(D_ptr + e, mask=emask, other=0.0) if HAS_D else tl.zeros([BLOCK_E], dtype=tl.float32)
     states = _stored_states(state_ptr, b, e, n, L, E, N, CHUNK, STORE_ALL, EVERY)
     h = tl.zeros([N, BLOCK_E], dtype=tl.float32)
-    # step t's rows are loaded during step t - 1 (the last step reloads its own): none depends on the carried state,
-    # so their latency hides behind a step's work instead of stalling each step
-    rows = _step_rows(u_ptr, dt_ptr, B_ptr, C_ptr, z_ptr, b, 0, e, n, emask, su_b, su_t, su_e, sdt_b, sdt_t, sdt_e,
-                      sz_b, sz_t, sz_e, sB_b, sB_t, sB_n, sC_b, sC_t, sC_n, HAS_Z)
-    for c in range(tl.cdiv(L, span)):
-        tl.store(states + c * E * N, h, mask=emask[None, :])
-        for t in range(c * span, tl.minimum(c * span + span, L)):
-            ut, dtt, Bt, Ct, zt = rows
-            rows = _step_rows(u_ptr, dt_ptr, B_ptr, C_ptr, z_ptr, b, tl.minimum(t + 1, L - 1), e, n, emask,
-                              su_b, su_t, su_e, sdt_b, sdt_t, sdt_e, sz_b, sz_t, sz_e, sB_b, sB_t, sB_n,
-                              sC_b, sC_t, sC_n, HAS_Z)
-            if HAS_BIAS:
-                dtt += bias
-            if SOFTPLUS:
-                dtt, _ = _softplus(dtt)
-            h = tl.exp(dtt[None, :] * A) * h + (dtt * ut)[None, :] * Bt[:, None]
-            if STORE_ALL:
-                if EVERY == 1:
-                    tl.store(states + (t + 1) * E * N, h, mask=emask[None, :])
-                else:  # h_{t+1} where t + 1 is a multiple of EVERY, and h_L
-                    keep = ((t + 1) % EVERY == 0) | (t + 1 == L)
-                    tl.store(states + ((t + EVERY) // EVERY) * E * N, h, mask=emask[None, :] & keep)
-            y = tl.sum(h * Ct[:, None], axis=0)
-            if HAS_D:
-                y += Dskip * ut
-            if HAS_Z:
-                y *= zt * sigmoid(zt)
-            tl.store(y_ptr + (b * L + t) * E + e, y, mask=emask)
+    tl.store(states, h, mask=emask[None, :])
+    if STORE_ALL:
+        # two steps a loop step, so the state to keep is the loop step's last (with EVERY = 2) and the two steps'
+        # independent work (their exponentials, their outputs' sums) can overlap; the next two steps' rows are loaded
+        # during these (none depends on the carried state, so their latency hides behind the steps' work)
+        rows = _step_rows(u_ptr, dt_ptr, B_ptr, C_ptr, z_ptr, b, 0, e, n, emask, su_b, su_t, su_e, sdt_b, sdt_t,
+                          sdt_e, sz_b, sz_t, sz_e, sB_b, sB_t, sB_n, sC_b, sC_t, sC_n, HAS_Z)
+        rows_1 = _step_rows(u_ptr, dt_ptr, B_ptr, C_ptr, z_ptr, b, tl.minimum(1, L - 1), e, n, emask, su_b, su_t,
+                            su_e, sdt_b, sdt_t, sdt_e, sz_b, sz_t, sz_e, sB_b, sB_t, sB_n, sC_b, sC_t, sC_n, HAS_Z)
+        for j in range(L // 2):
+            t = 2 * j
+            now, now_1 = rows, rows_1
+            rows = _step_rows(u_ptr, dt_ptr, B_ptr, C_ptr, z_ptr, b, tl.minimum(t + 2, L - 1), e, n, emask, su_b,
+                              su_t, su_e, sdt_b, sdt_t, sdt_e, sz_b, sz_t, sz_e, sB_b, sB_t, sB_n, sC_b, sC_t, sC_n,
+                              HAS_Z)
+            rows_1 = _step_rows(u_ptr, dt_ptr, B_ptr, C_ptr, z_ptr, b, tl.minimum(t + 3, L - 1), e, n, emask, su_b,
+                                su_t, su_e, sdt_b, sdt_t, sdt_e, sz_b, sz_t, sz_e, sB_b, sB_t, sB_n, sC_b, sC_t,
+                                sC_n, HAS_Z)
+            h = _fwd_step(h, now, t, A, bias, Dskip, y_ptr, b, e, emask, L, E, HAS_D, HAS_Z, HAS_BIAS, SOFTPLUS)
+            if EVERY == 1:
+                tl.store(states + (t + 1) * E * N, h, mask=emask[None, :])
+            h = _fwd_step(h, now_1, t + 1, A, bias, Dskip, y_ptr, b, e, emask, L, E, HAS_D, HAS_Z, HAS_BIAS,
+                          SOFTPLUS)
+            tl.store(states + ((t + 2) // EVERY) * E * N, h, mask=emask[None, :])
+        if L % 2 == 1:  # the last step alone; h_L is stored at cdiv(L, EVERY) in both modes
+            h = _fwd_step(h, rows, L - 1, A, bias, Dskip, y_ptr, b, e, emask, L, E, HAS_D, HAS_Z, HAS_BIAS,
+                          SOFTPLUS)
+            tl.store(states + ((L + EVERY - 1) // EVERY) * E * N, h, mask=emask[None, :])
+    else:
+        # chunked: the state entering each chunk is kept; step t's rows are loaded during step t - 1
+        rows = _step_rows(u_ptr, dt_ptr, B_ptr, C_ptr, z_ptr, b, 0, e, n, emask, su_b, su_t, su_e, sdt_b, sdt_t,
+                          sdt_e, sz_b, sz_t, sz_e, sB_b, sB_t, sB_n, sC_b, sC_t, sC_n, HAS_Z)
+        for c in range(tl.cdiv(L, CHUNK)):
+            if c > 0:
+                tl.store(states + c * E * N, h, mask=emask[None, :])
+            for t in range(c * CHUNK, tl.minimum(c * CHUNK + CHUNK, L)):
+                now = rows
+                rows = _step_rows(u_ptr, dt_ptr, B_ptr, C_ptr, z_ptr, b, tl.minimum(t + 1, L - 1), e, n, emask,
+                                  su_b, su_t, su_e, sdt_b, sdt_t, sdt_e, sz_b, sz_t, sz_e, sB_b, sB_t, sB_n,
+                                  sC_b, sC_t, sC_n, HAS_Z)
+                h = _fwd_step(h, now, t, A, bias, Dskip, y_ptr, b, e, emask, L, E, HAS_D, HAS_Z, HAS_BIAS,
+                              SOFTPLUS)
 
 
 @triton.jit
@@ -220,8 +281,8 @@ def _scan_bwd_kernel(u_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr,
     n = tl.arange(0, N)
     emask = e < E
     A = tl.load(A_ptr + n[:, None] * E + e[None, :], mask=emask[None, :], other=0.0)
+    bias = tl.load(bias_ptr + e, mask=emask, other=0.0) if HAS_BIAS else tl.zeros([BLOCK_E], dtype=tl.float32)
     if HAS_BIAS:
-        bias = tl.load(bias_ptr + e, mask=emask, other=0.0)
         gbias = tl.zeros([BLOCK_E], dtype=tl.float32)
     if HAS_D:
         Dskip = tl.load(D_ptr + e, mask=emask, other=0.0)
@@ -265,10 +326,7 @@ def _scan_bwd_kernel(u_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr,
                 walk = _step_rows(u_ptr, dt_ptr, B_ptr, C_ptr, z_ptr, b, tl.minimum(t + 1, L - 1), e, n, emask,
                                   su_b, su_t, su_e, sdt_b, sdt_t, sdt_e, sz_b, sz_t, sz_e, sB_b, sB_t, sB_n,
                                   sC_b, sC_t, sC_n, False, False)
-                if HAS_BIAS:
-                    dtt += bias
-                if SOFTPLUS:
-                    dtt, _ = _softplus(dtt)
+                dtt, _ = _dt(dtt, bias, HAS_BIAS, SOFTPLUS)
                 h = tl.exp(dtt[None, :] * A) * h + (dtt * ut)[None, :] * Bt[:, None]
             # the reverse walk reads scratch slots other threads of this program may have written
             tl.debug_barrier()
@@ -283,10 +341,7 @@ def _scan_bwd_kernel(u_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr,
             if STORE_ALL and EVERY == 2:
                 if t % 2 == 1:  # h_{t-1} is not stored: one step of the forward from h_{t-2}
                     u1, dt1, B1, _, _ = rows
-                    if HAS_BIAS:
-                        dt1 += bias
-                    if SOFTPLUS:
-                        dt1, _ = _softplus(dt1)
+                    dt1, _ = _dt(dt1, bias, HAS_BIAS, SOFTPLUS)
                     h_prev = tl.exp(dt1[None, :] * A) * h_prev + (dt1 * u1)[None, :] * B1[:, None]
             tp = tl.maximum(t - 1, 0)
             rows_before = _step_rows(u_ptr, dt_ptr, B_ptr, C_ptr, z_ptr, b, tl.maximum(t - 2, 0), e, n, emask,
@@ -297,12 +352,7 @@ def _scan_bwd_kernel(u_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr,
                 h_prev_next = tl.load(states + (tp // EVERY) * E * N, mask=emask[None, :], other=0.0)
             else:  # from this chunk's scratch (at its first step, slot 0 again: the next chunk reloads its own)
                 h_prev_next = tl.load(scratch + tl.maximum(t - 1 - start, 0) * BLOCK_E * N)
-            if HAS_BIAS:
-                dt_in += bias
-            if SOFTPLUS:
-                dtt, gsoftplus = _softplus(dt_in)
-            else:
-                dtt = dt_in
+            dtt, gsoftplus = _dt(dt_in, bias, HAS_BIAS, SOFTPLUS)
             row = (b * L + t) * E + e
             if HAS_Z:
                 sz = sigmoid(zt)
@@ -342,25 +392,33 @@ def _scan_bwd_kernel(u_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr,
 
 
 class Launch(NamedTuple):
-    """How the scan kernels are launched: channels per program (None: ``_block_e`` chooses), warps per program, software-pipelining stages of
-    the time loop, and which states the forward keeps for the backward (``"auto"``: every other state within
-    ``STATE_BUDGET_BYTES``, else the chunked mode; ``"all"``, ``"half"`` or ``"chunked"`` to choose). ``python -m
-    zoo.kernels.bench --selective-scan ...`` times the choices on a GPU."""
+    """How the scan kernels are launched: the backward's channels per program (None: ``_block_e`` chooses) and warps
+    per program, both kernels' software-pipelining stages of the time loop, which states the forward keeps for the
+    backward (``"auto"``: every other state within ``STATE_BUDGET_BYTES``, else the chunked mode; ``"all"``,
+    ``"half"`` or ``"chunked"`` to choose), and the forward's channels per program (at most the input's, rounded up
+    to a power of two) and warps. ``python -m zoo.kernels.bench --selective-scan ...`` times the choices on a GPU."""
     block_e: int | None = None
     num_warps: int = 1
     num_stages: int = 1
     states: str = "auto"
+    # The forward's two-step walk took 64 channels and 2 warps a program at every shape measured on an H100 (``Bt,
+    # L, E`` = 256, 256, 256; 128, 512, 1024; 128, 512, 512; 128, 512, 128; 512, 128, 512, N = 16; 8 launches of 16
+    # to 128 channels and 1 to 4 warps): 5 to 26% faster than the one-step walk at its best launch. The backward,
+    # which holds twice the (N, channels) tiles, was fastest at one warp.
+    forward_block_e: int = 64
+    forward_warps: int = 2
 
 
-# Channels per program when ``Launch.block_e`` is None: the most of 64 and 32 that still gives a launch this many
-# programs (one warp each), else 16. On an H100 64 channels were fastest where they left 1024 programs or more
-# (Bt=256, E=256 and larger shapes), and 35% slower than 32 where they left 256 (Bt=128, E=128, where 16 channels,
-# 1024 programs, were fastest).
+# The backward's channels per program when ``Launch.block_e`` is None: the most of 64 and 32 that still gives a
+# launch this many programs (one warp each), else 16. On an H100 64 channels were fastest where they left 1024
+# programs or more (Bt=256, E=256 and larger shapes), and 35% slower than 32 where they left 256 (Bt=128, E=128, where
+# 16 channels, 1024 programs, were fastest). (Timed as forward + backward, when the forward took the same launch.)
 MIN_PROGRAMS = 1024
 
 
 def _block_e(Bsz: int, E: int, launch: Launch) -> int:
-    """Channels per program: ``launch.block_e``, or the most of 64, 32 that leaves ``MIN_PROGRAMS`` programs, else 16."""
+    """The backward's channels per program: ``launch.block_e``, or the most of 64, 32 that leaves ``MIN_PROGRAMS``
+    programs, else 16."""
     block = launch.block_e
     if block is None:
         block = next((b for b in (64, 32) if Bsz * triton.cdiv(E, b) >= MIN_PROGRAMS), 16)
@@ -392,12 +450,12 @@ class SelectiveScanFunction(torch.autograd.Function):
         y = torch.empty(Bsz, L, E, device=u.device, dtype=out_dtype)
         mode = _states_mode(Bsz, L, E, N, launch.states)
         states = torch.empty(Bsz, _n_states(L, mode), N, E, device=u.device, dtype=torch.float32)
-        block = _block_e(Bsz, E, launch)
+        block = min(triton.next_power_of_2(E), launch.forward_block_e)
         _scan_fwd_kernel[(Bsz, triton.cdiv(E, block))](
             u, dt, A, B, C, D, z, delta_bias, y, states, L, E,
             *u.stride(), *dt.stride(), *_strides(z), *B.stride(), *C.stride(),
             **_constexprs(mode, N, block, D, z, delta_bias, delta_softplus),
-            num_warps=launch.num_warps, num_stages=launch.num_stages)
+            num_warps=launch.forward_warps, num_stages=launch.num_stages)
         ctx.save_for_backward(u, dt, A, B, C, D, z, delta_bias, states)
         ctx.delta_softplus = delta_softplus
         ctx.states = mode

@@ -158,15 +158,16 @@ def test_triton_stores_y_in_the_dtype_asked(device):
     assert all(torch.equal(g, w) for g, w in zip(got[1:], want[1:]))
 
 
-LAUNCHES = [fused_recurrent.Launch(block_e=8, num_warps=1, num_stages=1),
-            fused_recurrent.Launch(block_e=16, num_warps=2, num_stages=3),
-            fused_recurrent.Launch(block_e=64, num_warps=1, num_stages=2)]
+LAUNCHES = [fused_recurrent.Launch(block_e=8, num_warps=1, num_stages=1, forward_block_e=16, forward_warps=1),
+            fused_recurrent.Launch(block_e=16, num_warps=2, num_stages=3, forward_block_e=8, forward_warps=4),
+            fused_recurrent.Launch(block_e=64, num_warps=1, num_stages=2, forward_block_e=128, forward_warps=2)]
 
 
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
 def test_launch_choices_change_only_the_speed(monkeypatch, device, mode):
-    """Channels per program, warps and pipelining stages (the bench's choices) give the default launch's values
+    """Channels per program and warps of either kernel, and pipelining stages (the bench's choices) give the default
+    launch's values
     (partial sums of dB, dC over other channel blocks: equal up to rounding)."""
     use_mode(monkeypatch, mode, chunk=4)
     shape = (2, 9, 40, 4) if device == "cpu" else (3, 70, 200, 16)
