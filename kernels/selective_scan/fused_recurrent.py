@@ -40,10 +40,10 @@ on a CPU, sm_90; the GPU's Triton 3.6 was not inspected), a tile is 8 states x 4
 the backward holds 132 shuffles, 255 registers and 192 bytes of spills, so an SM holds at most 8 of its one-warp
 programs, about what the launch's 1024 programs give 132 SMs.) Measured on an H100 80GB in one process (forward +
 backward of one layer's call, bf16 inputs, every option), ms, the earlier tiles with 32 channels a program against
-these with ``_block_e``'s channels: 1.593 -> 1.366 at Bt=256, L=256, E=256 (64 channels), 5.192 -> 4.926 at Bt=128, L=512, E=1024 (64), 2.800 -> 2.705
-at Bt=256, L=256, E=512 (64), 1.408 -> 1.350 at Bt=128, L=512, E=128 (16). The forward alone got slower at the first
-shape (0.418 -> 0.526 ms) while the backward got faster (1.175 -> 0.840). The timings in the list above were taken
-with the earlier tiles.
+these with ``_block_e``'s channels: 1.593 -> 1.366 at Bt=256, L=256, E=256 (64 channels), 5.192 -> 4.926 at
+Bt=128, L=512, E=1024 (64), 2.800 -> 2.705 at Bt=256, L=256, E=512 (64), 1.408 -> 1.350 at Bt=128, L=512, E=128
+(16). The forward alone got slower at the first shape (0.418 -> 0.526 ms) while the backward got faster (1.175 ->
+0.840). The timings in the list above were taken with the earlier tiles.
 
 Launch: one warp per backward program keeps a program's sums over its channels inside one warp, with no
 shared-memory round trip per step. 2 warps were slower at every shape above (1.62 and 7.22 ms with 32 channels), 4
