@@ -198,7 +198,7 @@ def _fwd_step(h, rows, t, A, bias, Dskip, y_ptr, b, e, emask, L, E, HAS_D: tl.co
     """Step t of the forward walk: the state after it from h, the state before it, and its output row, stored."""
     ut, dt_in, Bt, Ct, zt = rows
     dtt, _ = _dt(dt_in, bias, HAS_BIAS, SOFTPLUS)
-    h = tl.exp(dtt[None, :] * A) * h + (dtt * ut)[None, :] * Bt[:, None]
+    h = tl.exp2(dtt[None, :] * A) * h + (dtt * ut)[None, :] * Bt[:, None]
     y = tl.sum(h * Ct[:, None], axis=0)
     if HAS_D:
         y += Dskip * ut
@@ -218,7 +218,7 @@ def _scan_fwd_kernel(u_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr,
     e = tl.program_id(1) * BLOCK_E + tl.arange(0, BLOCK_E)
     n = tl.arange(0, N)
     emask = e < E
-    A = tl.load(A_ptr + n[:, None] * E + e[None, :], mask=emask[None, :], other=0.0)
+    A = tl.load(A_ptr + n[:, None] * E + e[None, :], mask=emask[None, :], other=0.0) * 1.4426950408889634
     bias = tl.load(bias_ptr + e, mask=emask, other=0.0) if HAS_BIAS else tl.zeros([BLOCK_E], dtype=tl.float32)
     Dskip = tl.load(D_ptr + e, mask=emask, other=0.0) if HAS_D else tl.zeros([BLOCK_E], dtype=tl.float32)
     states = _stored_states(state_ptr, b, e, n, L, E, N, CHUNK, STORE_ALL, EVERY)
@@ -280,7 +280,7 @@ def _scan_bwd_kernel(u_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr,
     e = pe * BLOCK_E + tl.arange(0, BLOCK_E)
     n = tl.arange(0, N)
     emask = e < E
-    A = tl.load(A_ptr + n[:, None] * E + e[None, :], mask=emask[None, :], other=0.0)
+    A = tl.load(A_ptr + n[:, None] * E + e[None, :], mask=emask[None, :], other=0.0) * 1.4426950408889634
     bias = tl.load(bias_ptr + e, mask=emask, other=0.0) if HAS_BIAS else tl.zeros([BLOCK_E], dtype=tl.float32)
     if HAS_BIAS:
         gbias = tl.zeros([BLOCK_E], dtype=tl.float32)
@@ -327,7 +327,7 @@ def _scan_bwd_kernel(u_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr,
                                   su_b, su_t, su_e, sdt_b, sdt_t, sdt_e, sz_b, sz_t, sz_e, sB_b, sB_t, sB_n,
                                   sC_b, sC_t, sC_n, False, False)
                 dtt, _ = _dt(dtt, bias, HAS_BIAS, SOFTPLUS)
-                h = tl.exp(dtt[None, :] * A) * h + (dtt * ut)[None, :] * Bt[:, None]
+                h = tl.exp2(dtt[None, :] * A) * h + (dtt * ut)[None, :] * Bt[:, None]
             # the reverse walk reads scratch slots other threads of this program may have written
             tl.debug_barrier()
             h_prev_next = tl.load(scratch + (end - 1 - start) * BLOCK_E * N)
@@ -342,7 +342,7 @@ def _scan_bwd_kernel(u_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr,
                 if t % 2 == 1:  # h_{t-1} is not stored: one step of the forward from h_{t-2}
                     u1, dt1, B1, _, _ = rows
                     dt1, _ = _dt(dt1, bias, HAS_BIAS, SOFTPLUS)
-                    h_prev = tl.exp(dt1[None, :] * A) * h_prev + (dt1 * u1)[None, :] * B1[:, None]
+                    h_prev = tl.exp2(dt1[None, :] * A) * h_prev + (dt1 * u1)[None, :] * B1[:, None]
             tp = tl.maximum(t - 1, 0)
             rows_before = _step_rows(u_ptr, dt_ptr, B_ptr, C_ptr, z_ptr, b, tl.maximum(t - 2, 0), e, n, emask,
                                      su_b, su_t, su_e, sdt_b, sdt_t, sdt_e, sz_b, sz_t, sz_e, sB_b, sB_t, sB_n,
@@ -366,9 +366,9 @@ def _scan_bwd_kernel(u_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr,
             tl.store(gC_ptr + part, tl.sum(h * gy[None, :], axis=1))
             tl.store(gB_ptr + part, tl.sum(gh * (dtt * ut)[None, :], axis=1))
             ghB = tl.sum(gh * Bt[:, None], axis=0)
-            gh = gh * tl.exp(dtt[None, :] * A)  # dL/dh_{t-1}
+            gh = gh * tl.exp2(dtt[None, :] * A)  # dL/dh_{t-1}
             gdecay = gh * h_prev  # dL/d(dt A) through the decay
-            gdt = tl.sum(gdecay * A, axis=0) + ut * ghB
+            gdt = tl.sum(gdecay * A, axis=0) * 0.6931471805599453 + ut * ghB
             gu = dtt * ghB
             if HAS_D:
                 gu += Dskip * gy
