@@ -167,8 +167,7 @@ LAUNCHES = [fused_recurrent.Launch(block_e=8, num_warps=1, num_stages=1, forward
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
 def test_launch_choices_change_only_the_speed(monkeypatch, device, mode):
     """Channels per program and warps of either kernel, and pipelining stages (the bench's choices) give the default
-    launch's values
-    (partial sums of dB, dC over other channel blocks: equal up to rounding)."""
+    launch's values (partial sums of dB, dC over other channel blocks: equal up to rounding)."""
     use_mode(monkeypatch, mode, chunk=4)
     shape = (2, 9, 40, 4) if device == "cpu" else (3, 70, 200, 16)
     args, kwargs = inputs(*shape, torch.float32, device=device, options=OPTIONS)
