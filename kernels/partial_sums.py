@@ -18,6 +18,10 @@ one H200 (the bench's section): [176, 384] 3.90 / 1.73, [2, 528, 128] 8.53 / 3.0
 profiled GPU time an epoch went from 0.528 to 0.509 s with it (``results/SPEED.md``).
 
 Shapes: ``sum_rows``: partial [..., P, N] float32 -> [..., N] float32; ``sum_first``: [P, ...] -> [...].
+
+``sum_blocks`` is the other kind of partial: a recurrence's per-step gradients written by each of a few blocks of
+channels (the selective scan's dB and dC, RWKV-7's value blocks, the SSD's blocks of P), [G, ...] with G of 1 to a
+few and millions of values behind it.
 """
 from __future__ import annotations
 
@@ -66,3 +70,10 @@ def sum_rows(partial: torch.Tensor) -> torch.Tensor:
 def sum_first(partial: torch.Tensor) -> torch.Tensor:
     """partial [P, ...] float32 -> its sum over the first dim, [...] float32: ``sum_rows`` of the [P, rest] view."""
     return sum_rows(partial.reshape(partial.shape[0], -1)).view(partial.shape[1:])
+
+
+def sum_blocks(partial: torch.Tensor) -> torch.Tensor:
+    """partial [G, ...] (any dtype) -> its sum over the first dim, [...]: the one block itself where G = 1 (a view,
+    no copy), else PyTorch's sum (``sum_first``'s kernel is made for many rows of few columns, not a few rows of
+    millions)."""
+    return partial[0] if partial.shape[0] == 1 else partial.sum(0)

@@ -61,6 +61,8 @@ import torch
 import triton
 import triton.language as tl
 
+from zoo.kernels.partial_sums import sum_blocks
+
 # Largest (B, H, L + 1, K, V) float32 state tensor a call keeps for the store-all backward; above it the chunked mode
 # keeps 1/CHUNK of it. At K = V = 64 the budget holds B H (L + 1) <= 2^18, e.g. B=256, H=2, L=511 (zoo's training
 # shapes are smaller). The budget is per call, so a deep model near it keeps a multiple of it and may want it lower.
@@ -298,11 +300,8 @@ class RWKV7Function(torch.autograd.Function):
             *r.stride(), *w.stride(), *k.stride(), *v.stride(), *a.stride(), *b.stride(), *do.stride(),
             BK=BK, BV=BV, CHUNK=ctx.chunk, STORE_ALL=ctx.store_all,
             num_warps=launch.num_warps, num_stages=launch.num_stages)
-
-        def total(g):  # the partials over value blocks; autograd casts each gradient to its input's dtype
-            return g[0] if nv == 1 else g.sum(0)
-
-        return total(dr), total(dw), total(dk), dv, total(da), total(db), None
+        # the partials over value blocks summed; autograd casts each gradient to its input's dtype
+        return sum_blocks(dr), sum_blocks(dw), sum_blocks(dk), dv, sum_blocks(da), sum_blocks(db), None
 
 
 def rwkv7_fused(r: torch.Tensor, w: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a: torch.Tensor,

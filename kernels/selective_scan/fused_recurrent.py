@@ -106,7 +106,7 @@ import torch
 import triton
 import triton.language as tl
 
-from zoo.kernels.partial_sums import sum_first
+from zoo.kernels.partial_sums import sum_blocks, sum_first
 from zoo.kernels.stable import sigmoid, sigmoid_of
 
 # Largest float32 state tensor a call keeps for the backward in "auto": half's (Bt, L // 2 + 1, N, E) or so; above
@@ -496,8 +496,8 @@ class SelectiveScanFunction(torch.autograd.Function):
             **_constexprs(ctx.states, N, block, D, z, delta_bias, ctx.delta_softplus),
             num_warps=launch.num_warps, num_stages=launch.num_stages)
         # autograd casts each gradient to its input's dtype. The partials over sequences (Bt rows) are finished by
-        # zoo's row sum; gB's and gC's (ne rows of Bt L N values) by PyTorch's sum
-        return (gu, gdt, sum_first(gA), gB.sum(0), gC.sum(0),
+        # zoo's row sum; gB's and gC's (ne rows of Bt L N values) by ``sum_blocks``
+        return (gu, gdt, sum_first(gA), sum_blocks(gB), sum_blocks(gC),
                 None if gD is None else sum_first(gD), gz, None if gbias is None else sum_first(gbias), None, None,
                 None)
 

@@ -46,6 +46,8 @@ import torch
 import triton
 import triton.language as tl
 
+from zoo.kernels.partial_sums import sum_blocks
+
 CHUNK = 64  # steps a chunk: the (Q, Q) tiles of the quadratic form
 BLOCK_P = 64  # head dims a program
 # (num_warps, num_stages) of each kernel: forward, dS walk, dx and dt's gradient, dB and dC
@@ -271,11 +273,6 @@ def _launch(launch: dict, kernel: str) -> dict:
     return dict(num_warps=num_warps, num_stages=num_stages)
 
 
-def _blocks_summed(partials: torch.Tensor) -> torch.Tensor:
-    """[blocks of P, ...] -> [...]: the sum over the blocks, or the one block itself (no copy)."""
-    return partials[0] if partials.shape[0] == 1 else partials.sum(0)
-
-
 class SSDFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, dt, A, B, C, D, chunk, block_p, launch):
@@ -320,8 +317,8 @@ class SSDFunction(torch.autograd.Function):
         _ssd_bwd_dx_kernel[(Bt * n_chunks, H, n_pb)](
             x, dt, A, B, C, D, dy, dstates, dot, csdy, dx, ddt, dA, dD, L, H, N, P, Bt, *strides,
             HAS_D=D is not None, **sizes, **_launch(launch, "dx"))
-        return (dx, _blocks_summed(ddt).to(dt.dtype), dA.sum((0, 1)).to(A.dtype), _blocks_summed(dB).to(B.dtype),
-                _blocks_summed(dC).to(C.dtype), None if D is None else dD.sum((0, 1)).to(D.dtype), None, None, None)
+        return (dx, sum_blocks(ddt).to(dt.dtype), dA.sum((0, 1)).to(A.dtype), sum_blocks(dB).to(B.dtype),
+                sum_blocks(dC).to(C.dtype), None if D is None else dD.sum((0, 1)).to(D.dtype), None, None, None)
 
 
 def ssd_fused(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor,

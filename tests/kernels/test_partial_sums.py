@@ -1,10 +1,11 @@
 """``zoo.kernels.partial_sums`` (interpreted on CPU): ``sum_rows``, the sum over the rows of [..., P, N] float32
 partial sums, and ``sum_first``, over the first dim, against ``torch.sum`` in float64, at row and column counts off
-the kernel's tile sizes; the same bits on a second call; empty inputs; a non-float32 input refused."""
+the kernel's tile sizes; the same bits on a second call; empty inputs; a non-float32 input refused. ``sum_blocks``:
+a lone block returned as it is, several summed."""
 import pytest
 import torch
 
-from zoo.kernels.partial_sums import MAX_BLOCK_N, TILE, sum_first, sum_rows
+from zoo.kernels.partial_sums import MAX_BLOCK_N, TILE, sum_blocks, sum_first, sum_rows
 
 
 @pytest.mark.parametrize("shape", [(1, 1), (3, 5), (33, 64), (TILE // MAX_BLOCK_N + 1, MAX_BLOCK_N + 3),
@@ -50,3 +51,10 @@ def test_gpu_sum_rows_at_the_shapes_of_the_training_step():
         got = sum_rows(partial)
         torch.testing.assert_close(got.double(), partial.double().sum(-2), rtol=1e-5, atol=1e-4)
         assert torch.equal(sum_rows(partial), got)
+
+
+def test_sum_blocks_returns_a_lone_block_itself_and_sums_several():
+    one = torch.randn(1, 3, 4, dtype=torch.bfloat16)
+    assert sum_blocks(one).data_ptr() == one.data_ptr() and torch.equal(sum_blocks(one), one[0])
+    several = torch.randn(3, 5, 2)
+    torch.testing.assert_close(sum_blocks(several), several[0] + several[1] + several[2])
