@@ -13,7 +13,7 @@ dx[t] = sum_j w[:, j] g[t + K - 1 - j]. A program computes g once at its BLOCK_T
 own tile (``tl.gather`` along time, inside the warp with one warp a program), so it owns dx at its first
 BLOCK_T - K + 1 times; the last K - 1 are the next program's, computed twice (3 of 32 at K = 4).
 dw[:, j] = sum_{b, t} g[t] x[t - K + 1 + j] and dbias = sum_{b, t} g[t]: each program writes its own times' sums
-to its own row of a float32 partial [B * time tiles, K (+ 1 with a bias), C] and one ``torch.sum`` over the rows
+to its own row of a float32 partial [B * time tiles, K (+ 1 with a bias), C] and ``sum_first`` over the rows
 finishes them. No atomics, so the gradients are the same bits on every run; all shapes follow from the inputs' (no
 host sync), so a CUDA graph can capture both passes.
 
