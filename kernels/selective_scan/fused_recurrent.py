@@ -37,8 +37,9 @@ over N; with channels across the lanes those sums stay inside each thread, and i
 take 160 shuffles. (Those counts come from a compile without the JIT's specialization. Compiled as the JIT
 specializes a launch at Bt=256, L=256, E=256 (unit strides constexpr, sizes and pointers divisible by 16; Triton 3.9
 on a CPU, sm_90; the GPU's Triton 3.6 was not inspected), a tile is 8 states x 4 channels a thread over 2 x 16 lanes:
-the backward holds 132 shuffles, 255 registers and 192 bytes of spills, so an SM holds at most 8 of its one-warp
-programs, about what the launch's 1024 programs give 132 SMs.) Measured on an H100 80GB in one process (forward +
+the backward held 132 shuffles, 255 registers and 192 bytes of spills, so an SM holds at most 8 of its one-warp
+programs, about what the launch's 1024 programs give 132 SMs; 254 registers and 40 bytes of spills since it loads
+its stored states as their steps start, below.) Measured on an H100 80GB in one process (forward +
 backward of one layer's call, bf16 inputs, every option), ms, the earlier tiles with 32 channels a program against
 these with ``_block_e``'s channels: 1.593 -> 1.366 at Bt=256, L=256, E=256 (64 channels), 5.192 -> 4.926 at
 Bt=128, L=512, E=1024 (64), 2.800 -> 2.705 at Bt=256, L=256, E=512 (64), 1.408 -> 1.350 at Bt=128, L=512, E=128
@@ -70,8 +71,9 @@ recompute's decay) was no faster at any launch tried, 1 or 2 warps and 32 or 64 
 forward + backward at the first shape): compiled for sm_90 it holds 255 registers and spills 450 to 950 bytes at
 64 channels, and at 32 fits but leaves twice the programs.
 
-Loading ahead: every walk loads step t's input rows (u, dt, B, C, z, the output gradient, and in the one-walk
-backwards h_{t-1}) during the step before, so a load's latency overlaps a step's work instead of stalling the chain.
+Loading ahead: every walk loads step t's input rows (u, dt, B, C, z, the output gradient, and in the chunked
+backward h_{t-1} from its scratch) during the step before, so a load's latency overlaps a step's work instead of
+stalling the chain.
 Measured on an H100 80GB in one process against the kernel that loaded each row when its step began (forward /
 forward + backward of one layer's call, ms, bf16 inputs, every option, default launch): store-all 0.521 / 1.549 ->
 0.523 / 1.347 at Bt=256, L=256, E=256, N=16; 0.483 / 1.310 -> 0.443 / 1.028 at Bt=128, L=512, E=128; 1.038 / 3.046
@@ -81,6 +83,15 @@ storing every state. Its reverse walk then still read each h_{t-1} from the scra
 loads that ahead too. The arithmetic is the same; the compiled code may contract multiplies and adds
 into fused ones differently, so results are not bit-identical to the earlier kernel's (the tests against the
 recurrence pass).
+
+The backward in all and half modes once loaded its stored h_{t-1} a step ahead too. It now loads it as step t
+starts: the (N, BLOCK_E) tile held across a step cost the walk its registers (compiled as the JIT specializes the
+figure-2 launch: 192 -> 40 bytes of spills, 2120 -> 1888 instructions), and its load is not on the chain of dL/dh
+(h_{t-1} first meets the carried gradient in the decay's gradient, late in the step). Forward + backward, ms, best
+of three interleaved rounds of ``do_bench`` in one process on an H100 80GB, bf16 inputs, every option, default
+launch, state one step ahead -> as the step starts: 1.192 -> 1.061 at Bt=256, L=256, E=256; 4.093 -> 3.626 at
+Bt=128, L=512, E=1024; 2.095 -> 1.851 at Bt=128, L=512, E=512; 2.090 -> 1.874 at Bt=512, L=128, E=512 (10 to 12%
+less; the forward is unchanged).
 
 A chunk-parallel form (a chunk of 8 to 32 steps loaded at once and combined by ``tl.associative_scan`` over a
 (chunk, channels, N) tile, the backward recomputing the chunk and scanning dL/dh in reverse) was tried and measured
@@ -108,6 +119,7 @@ import triton.language as tl
 
 from zoo.kernels.partial_sums import sum_blocks, sum_first
 from zoo.kernels.stable import sigmoid, sigmoid_of
+from zoo.kernels.stored_states import EVERY, check_states, n_states, states_mode
 
 # Largest float32 state tensor a call keeps for the backward in "auto": half's (Bt, L // 2 + 1, N, E) or so; above
 # it the chunked mode keeps 1/CHUNK of every state. The docstring's shapes keep 0.5 and 2.2 GB a layer. The budget is
@@ -120,25 +132,19 @@ STATE_BUDGET_BYTES = 4 * 2**30
 # (an estimate, not profiled).
 CHUNK = 16
 
-# ``Launch.states``: which states the forward keeps ("auto": by ``STATE_BUDGET_BYTES``)
-STATES = ("auto", "all", "half", "chunked")
-# steps between stored states in the modes that walk the sequence in one span
-EVERY = {"all": 1, "half": 2}
+# "auto" keeps every other state where they fit the budget: the fastest mode at every shape measured (module docstring)
+PREFERRED = "half"
 
 
 def _n_states(L: int, mode: str) -> int:
-    """How many (N, E) states of a sequence ``mode`` keeps: h_0, every EVERY-th h_k and h_L; or, chunked, the state
-    entering each chunk."""
-    return triton.cdiv(L, EVERY[mode]) + 1 if mode in EVERY else triton.cdiv(L, CHUNK)
+    """How many (N, E) states of a sequence ``mode`` keeps (``zoo.kernels.stored_states``)."""
+    return n_states(L, mode, CHUNK)
 
 
 def _states_mode(Bsz: int, L: int, E: int, N: int, states: str) -> str:
-    """The mode a call runs: ``states`` itself unless "auto", which takes every other state where its (Bsz, n, E,
-    N) float32 states fit ``STATE_BUDGET_BYTES`` (it was the fastest mode at every shape measured, storing every
-    state included), else the chunked mode."""
-    if states != "auto":
-        return states
-    return "half" if Bsz * _n_states(L, "half") * E * N * 4 <= STATE_BUDGET_BYTES else "chunked"
+    """The mode a call runs (``zoo.kernels.stored_states.states_mode``): half where its (Bsz, n, N, E) float32
+    states fit ``STATE_BUDGET_BYTES``, else chunked, unless ``states`` names one."""
+    return states_mode(states, L, Bsz * E * N * 4, STATE_BUDGET_BYTES, CHUNK, PREFERRED)
 
 
 @triton.jit
@@ -307,16 +313,15 @@ def _scan_bwd_kernel(u_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr,
     gA = tl.zeros([N, BLOCK_E], dtype=tl.float32)
     n_spans = tl.cdiv(L, span)
     # the reverse walk's rows of step t are loaded during step t + 2 (step t needs step t - 1's to recompute an
-    # h_{t-1} not stored); its output gradient and h_{t-1} (from the stored states, or in the chunked mode from the
-    # chunk's scratch) during step t + 1, as in the forward
+    # h_{t-1} not stored); its output gradient, and in the chunked mode its h_{t-1} from the chunk's scratch, during
+    # step t + 1, as in the forward. A stored h_{t-1} is loaded as step t starts: held a step ahead, it cost the walk
+    # registers and spills (module docstring)
     rows = _step_rows(u_ptr, dt_ptr, B_ptr, C_ptr, z_ptr, b, L - 1, e, n, emask, su_b, su_t, su_e, sdt_b, sdt_t,
                       sdt_e, sz_b, sz_t, sz_e, sB_b, sB_t, sB_n, sC_b, sC_t, sC_n, HAS_Z)
     rows_before = _step_rows(u_ptr, dt_ptr, B_ptr, C_ptr, z_ptr, b, tl.maximum(L - 2, 0), e, n, emask, su_b, su_t,
                              su_e, sdt_b, sdt_t, sdt_e, sz_b, sz_t, sz_e, sB_b, sB_t, sB_n, sC_b, sC_t, sC_n, HAS_Z)
     gy_next = _row(gy_ptr, b, L - 1, e, sgy_b, sgy_t, sgy_e, emask)
-    if STORE_ALL:  # h_k, the last stored state at or before h_{L-1}
-        h_prev_next = tl.load(states + ((L - 1) // EVERY) * E * N, mask=emask[None, :], other=0.0)
-    else:  # each chunk loads its own first h_{t-1} from its scratch; until then a zero tile of the right shape
+    if not STORE_ALL:  # each chunk loads its own first h_{t-1} from its scratch; until then a zero tile of its shape
         h_prev_next = gh
     for ci in range(n_spans):
         c = n_spans - 1 - ci
@@ -345,7 +350,10 @@ def _scan_bwd_kernel(u_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr,
             ut, dt_in, Bt, Ct, zt = rows
             rows = rows_before  # step t - 1's
             gy = gy_next
-            h_prev = h_prev_next
+            if STORE_ALL:  # h_k, the last stored state at or before h_{t-1}
+                h_prev = tl.load(states + (t // EVERY) * E * N, mask=emask[None, :], other=0.0)
+            else:
+                h_prev = h_prev_next
             if STORE_ALL and EVERY == 2:
                 if t % 2 == 1:  # h_{t-1} is not stored: one step of the forward from h_{t-2}
                     u1, dt1, B1, _, _ = rows
@@ -356,9 +364,7 @@ def _scan_bwd_kernel(u_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr,
                                      su_b, su_t, su_e, sdt_b, sdt_t, sdt_e, sz_b, sz_t, sz_e, sB_b, sB_t, sB_n,
                                      sC_b, sC_t, sC_n, HAS_Z)
             gy_next = _row(gy_ptr, b, tp, e, sgy_b, sgy_t, sgy_e, emask)
-            if STORE_ALL:
-                h_prev_next = tl.load(states + (tp // EVERY) * E * N, mask=emask[None, :], other=0.0)
-            else:  # from this chunk's scratch (at its first step, slot 0 again: the next chunk reloads its own)
+            if not STORE_ALL:  # from this chunk's scratch (at its first step slot 0 again: the next chunk reloads its own)
                 h_prev_next = tl.load(scratch + tl.maximum(t - 1 - start, 0) * BLOCK_E * N)
             dtt, gsoftplus = _dt(dt_in, bias, HAS_BIAS, SOFTPLUS)
             row = (b * L + t) * E + e
@@ -511,6 +517,5 @@ def selective_scan(u: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.
     the cast's own pass over memory, and its gradient is read as it comes). u, dt, z and B, C may be any float dtype
     and strides (e.g. bf16 views into one projection); the math is float32. ``launch`` (block_e a power of two)
     changes only the speed."""
-    if launch.states not in STATES:
-        raise ValueError(f"launch.states={launch.states!r} is not valid: expected one of {', '.join(STATES)}")
+    check_states(launch.states)
     return SelectiveScanFunction.apply(u, dt, A, B, C, D, z, delta_bias, delta_softplus, launch, out_dtype)

@@ -1,0 +1,42 @@
+"""Which states a fused recurrence's forward keeps for its backward: shared by the selective scan
+(``zoo.kernels.selective_scan.fused_recurrent``) and RWKV-7's recurrence (``zoo.kernels.rwkv7.fused_recurrent``).
+
+Both walk a sequence of L steps, and the backward's reverse walk needs each step's incoming state. The modes:
+
+* ``"all"``: the forward stores every state, the one entering the sequence and the one after each of its L steps
+  (L + 1 of them); the backward reads them, with no recompute.
+* ``"half"``: every other state (after 0, 2, 4, ... steps) and the last; the backward makes each missing one from the
+  state before it with one step of the forward. Half the memory and half the forward's writes.
+* ``"chunked"``: only the state entering each chunk of ``chunk`` steps; the backward walks each chunk forward again
+  from it. 1/chunk of the memory.
+* ``"auto"``: the recurrence's preferred mode (all or half, whichever it measured faster) where its states fit a
+  byte budget, else chunked.
+"""
+from __future__ import annotations
+
+import math
+
+STATES = ("auto", "all", "half", "chunked")
+# steps between stored states in the modes that walk the sequence in one span
+EVERY = {"all": 1, "half": 2}
+
+
+def check_states(states: str) -> None:
+    """ValueError unless ``states`` is one of ``STATES``."""
+    if states not in STATES:
+        raise ValueError(f"launch.states={states!r} is not valid: expected one of {', '.join(STATES)}")
+
+
+def n_states(L: int, mode: str, chunk: int) -> int:
+    """How many states of one sequence ``mode`` keeps: the entering state, every EVERY-th one after it and the last;
+    or, chunked, the state entering each chunk of ``chunk`` steps."""
+    return math.ceil(L / EVERY[mode]) + 1 if mode in EVERY else math.ceil(L / chunk)
+
+
+def states_mode(states: str, L: int, sequence_state_bytes: int, budget: int, chunk: int, preferred: str) -> str:
+    """The mode a call runs: ``states`` itself unless "auto", which takes ``preferred`` ("all" or "half") where its
+    states fit ``budget`` bytes (``sequence_state_bytes``: one state of every sequence the call walks), else
+    chunked."""
+    if states != "auto":
+        return states
+    return preferred if n_states(L, preferred, chunk) * sequence_state_bytes <= budget else "chunked"
