@@ -43,6 +43,7 @@ from zoo.kernels.gatedfwa.naive import gate_cumsum_ref
 from zoo.kernels.long_conv import gated_long_conv
 from zoo.kernels.partial_sums import sum_rows
 from zoo.kernels.rwkv7.fused_recurrent import Launch as Rwkv7Launch, rwkv7_fused
+from zoo.kernels.stored_states import STATES as STORED_STATES
 from zoo.kernels.selective_scan import selective_scan as selective_scan_entry
 from zoo.kernels.selective_scan.fused_recurrent import Launch, selective_scan
 from zoo.kernels.short_conv import short_conv
@@ -217,8 +218,9 @@ RWKV7_LAUNCHES = [Rwkv7Launch(block_v, warps) for block_v in (16, 32, 64) for wa
 
 
 def rwkv7_rows(B, T, H, K):
-    """{launch: (fwd ms, fwd+bwd ms)} of our Triton RWKV-7 recurrence per launch choice, the default first, and of
-    the chunked PyTorch form; bf16 inputs (``rwkv7_gates``)."""
+    """{launch: (fwd ms, fwd+bwd ms)} of our Triton RWKV-7 recurrence per launch choice, the default first, then each
+    stored-states mode by name at the default launch, and of the chunked PyTorch form; bf16 inputs
+    (``rwkv7_gates``)."""
     dev = "cuda"
     torch.manual_seed(0)
     r, k, v = (torch.randn(B, T, H, K, device=dev).to(torch.bfloat16).requires_grad_() for _ in range(3))
@@ -229,6 +231,9 @@ def rwkv7_rows(B, T, H, K):
     for launch in dict.fromkeys([Rwkv7Launch(), *RWKV7_LAUNCHES]):
         rows[f"ours {launch.block_v:>2d} columns, {launch.num_warps} warps"] = timed_pair(
             lambda: rwkv7_fused(*leaves, launch=launch), grad, leaves)
+    for states in STORED_STATES[1:]:
+        launch = Rwkv7Launch(states=states)
+        rows[f"ours, {states} states"] = timed_pair(lambda: rwkv7_fused(*leaves, launch=launch), grad, leaves)
     rows["chunked PyTorch form"] = timed_pair(lambda: rwkv7_op.rwkv7(*leaves, backend="chunked"), grad, leaves)
     return rows
 

@@ -13,20 +13,37 @@ one head share nothing but their inputs. The backward walks time in reverse carr
     dS_{t-1} = diag(exp(w_t)) dS_t + a_t dsa_t^T
 
 and step t needs S_t and S_{t-1} (sa_t is recomputed from S_{t-1}). Every exponent is one step's w_t <= 0, never a
-sum of them, so nothing overflows whatever the decays (w = -20 is tested). The wrapper picks one of two modes per
-call, as the selective scan (``zoo.kernels.selective_scan.fused_recurrent``) does:
+sum of them, so nothing overflows whatever the decays (w = -20 is tested). The wrapper picks one of three modes per
+call (``Launch.states``, ``zoo.kernels.stored_states``; "auto": half where its states fit ``STATE_BUDGET_BYTES``,
+else chunked), as the selective scan (``zoo.kernels.selective_scan.fused_recurrent``) does:
 
-* store-all (the default): the forward writes every state, S_0 = 0 to S_L, a (B, H, L + 1, K, V) float32 tensor,
-  and the backward reads S_t and S_{t-1} in one reverse walk, with no recompute.
-* chunked, where the states would exceed ``STATE_BUDGET_BYTES``: the forward stores only the state entering each
-  chunk of ``CHUNK`` steps (1/CHUNK of the memory), and the backward, chunk by chunk from the last, walks the
-  chunk forward again from that state (keeping each step's incoming state in a per-program scratch of CHUNK
-  states, meant to stay in L2), then walks it back in reverse.
+* all: the forward writes every state, S_0 = 0 to S_L, a (B H, L + 1, K, V) float32 tensor, and the backward reads
+  S_t and S_{t-1} in one reverse walk, with no recompute.
+* half (the default): the forward writes every other state (S_0, S_2, ..., and S_L), half the memory and half the
+  writes, and the reverse walk makes each S_{t-1} not stored from S_{t-2} with one step of the forward, from step
+  t - 1's rows, which it loads two steps ahead (only in this mode: held that far in the others, they cost the walk
+  registers and time).
+* chunked: the forward stores only the state entering each chunk of ``CHUNK`` steps (1/CHUNK of the memory), and
+  the backward, chunk by chunk from the last, walks the chunk forward again from that state (keeping each step's
+  incoming state in a per-program scratch of CHUNK states, meant to stay in L2), then walks it back in reverse.
+
+Writing the states is most of the forward's time. Forward / forward + backward in ms, one process on an H100 80GB
+(torch 2.11, Triton 3.6, bf16 inputs, K = V = 64, default launch, best of two interleaved rounds of ``do_bench``),
+all (the default before half) against half and chunked::
+
+    B=256, L=256, H=2:  all 1.123 / 3.319   half 0.636 / 3.015   chunked 0.440 / 3.254
+    B=128, L=512, H=2:  all 0.903 / 3.109   half 0.591 / 3.020   chunked 0.426 / 3.225
+    B=512, L=128, H=4:  all 1.974 / 6.226   half 1.103 / 5.770   chunked 0.704 / 6.188
+
+(At the last shape every state exceeds the budget, so the default before half ran chunked there.) Half with step
+t - 1's rows loaded one step ahead, like the other modes, and its recompute placed after the step's first sums was
+no faster than all (3.331, 3.189, 6.098 ms forward + backward); loading two steps ahead in every mode made all
+slower (3.534 ms at the first shape).
 
 Launch: 16 value columns and one warp per program (``Launch``'s defaults): a program's sums stay inside one warp,
 with no shared-memory round trip per step, many small programs fill the SMs (B H V / 16 of them), and the
 backward's three live (K, 16) tiles (S_t, S_{t-1}, dS) stay in registers at K = 64. Measured on an H200 (torch 2.11,
-Triton 3.6, bf16 inputs, K = V = 64, H = 2, store-all), forward + backward in ms, this launch against the best of
+Triton 3.6, bf16 inputs, K = V = 64, H = 2, every state stored), forward + backward in ms, this launch against the best of
 the other eight (16, 32 or 64 columns, 1, 2 or 4 warps) and the chunked PyTorch form (``chunked.py``):
 
     B=256, L=256:  4.43  (next 5.10: 32 columns, 2 warps)   chunked 15.66
@@ -36,17 +53,17 @@ Forward alone is not faster with this launch (1.79 ms against 1.09 with 32 colum
 but the backward dominates.
 
 Every walk loads step t's rows (and, in the backward, S_{t-1} from the stored states or the chunk's scratch) during
-step t - 1 (t + 1 walking back): none of them depends on the carried state, so their latency hides behind a step's
+step t - 1 (t + 1 walking back; half's rows t + 2): none of them depends on the carried state, so their latency hides behind a step's
 work instead of stalling each step. Against the kernel that loaded each step's rows when the step began, side by
 side in one process on an H100 80GB (torch 2.11, Triton 3.6, bf16 inputs, K = V = 64, this launch), forward /
 forward + backward in ms::
 
-    B=256, L=256, H=2:  store-all 1.630 / 4.315 -> 1.123 / 3.301    chunked 1.087 / 4.577 -> 0.450 / 3.221
-    B=128, L=512, H=2:  store-all 1.570 / 4.203 -> 0.908 / 3.079    chunked 1.095 / 4.585 -> 0.432 / 3.184
-    B=512, L=128, H=4:  store-all 1.594 / 8.224 -> 0.697 / 6.088    chunked 1.595 / 8.220 -> 0.696 / 6.093
+    B=256, L=256, H=2:  all 1.630 / 4.315 -> 1.123 / 3.301    chunked 1.087 / 4.577 -> 0.450 / 3.221
+    B=128, L=512, H=2:  all 1.570 / 4.203 -> 0.908 / 3.079    chunked 1.095 / 4.585 -> 0.432 / 3.184
+    B=512, L=128, H=4:  all 1.594 / 8.224 -> 0.697 / 6.088    chunked 1.595 / 8.220 -> 0.696 / 6.093
 
-The two modes now cost about the same; store-all stays the default (no recompute), chunked keeps 1/CHUNK of the
-states. Results differ from the earlier kernel's by rounding only (largest difference 1.2e-3 of the largest value,
+(the "all" row of the last shape ran chunked: its states exceed the budget). The two modes then cost about the
+same, and all stayed the default until half. Results differ from the earlier kernel's by rounding only (largest difference 1.2e-3 of the largest value,
 the gradients being bf16).
 
 dr, dk, db, dw and da sum over V, so each program writes its own partial over its value columns into an
@@ -62,12 +79,16 @@ import triton
 import triton.language as tl
 
 from zoo.kernels.partial_sums import sum_blocks
+from zoo.kernels.stored_states import EVERY, check_states, n_states, states_mode
 
-# Largest (B, H, L + 1, K, V) float32 state tensor a call keeps for the store-all backward; above it the chunked mode
-# keeps 1/CHUNK of it. At K = V = 64 the budget holds B H (L + 1) <= 2^18, e.g. B=256, H=2, L=511 (zoo's training
-# shapes are smaller). The budget is per call, so a deep model near it keeps a multiple of it and may want it lower.
-# It must stay at most 8 GiB (2^31 float32): the kernels address the states with int32 offsets.
+# Largest (B H, n, K, V) float32 state tensor a call keeps in "auto" (PREFERRED's n); above it the chunked mode
+# keeps 1/CHUNK of every state. At K = V = 64 the budget holds B H n <= 2^18 states: every state up to B=256, H=2,
+# L=511 (zoo's training shapes are smaller). The budget is per call, so a deep model near it keeps a multiple of it
+# and may want it lower. It must stay at most 8 GiB (2^31 float32): the kernels address the states with int32 offsets.
 STATE_BUDGET_BYTES = 4 * 2**30
+
+# "auto"'s mode where the states fit the budget
+PREFERRED = "half"
 
 # Chunked mode: steps between stored states. They cost 1/CHUNK of storing every S_t, while the backward's scratch
 # (CHUNK states per program: 64 KiB at K=64 and the default block_v=16) should stay in L2 for the resident programs
@@ -82,16 +103,19 @@ def _row(ptr, i_b, t, i_h, idx, s_b, s_t, s_h, s_d, mask):
 
 
 @triton.jit
-def _stored_states(state_ptr, i_bh, kk, vv, L, K, V, CHUNK: tl.constexpr, STORE_ALL: tl.constexpr):
+def _stored_states(state_ptr, i_bh, kk, vv, L, K, V, CHUNK: tl.constexpr, STORE_ALL: tl.constexpr,
+                   EVERY: tl.constexpr):
     """(BK, BV) pointers to this program's stored state 0 (+ s * K * V: state s) in a (B H, n_states, K, V) tensor.
-    Store-all walks the sequence as one span and stores S_s, the state after s steps, for s = 0 to L; chunked stores
-    the state entering chunk s."""
-    n_states = L + 1 if STORE_ALL else tl.cdiv(L, CHUNK)
+    All and half walk the sequence as one span and store S_s, the state after s steps, for s = 0 (the span's entry
+    store) to L, every EVERY-th s (at s // EVERY) and S_L (at cdiv(L, EVERY)); chunked stores the state entering
+    chunk s."""
+    n_states = tl.cdiv(L, EVERY) + 1 if STORE_ALL else tl.cdiv(L, CHUNK)
     return state_ptr + (i_bh * n_states * K + kk[:, None]) * V + vv[None, :]
 
 
 @triton.jit
-def _program(state_ptr, L, H, K, V, BK: tl.constexpr, BV: tl.constexpr, CHUNK: tl.constexpr, STORE_ALL: tl.constexpr):
+def _program(state_ptr, L, H, K, V, BK: tl.constexpr, BV: tl.constexpr, CHUNK: tl.constexpr, STORE_ALL: tl.constexpr,
+             EVERY: tl.constexpr):
     """This program's batch, head, value block, index vectors, masks, span (steps between stored states) and stored
     state pointers."""
     i_v = tl.program_id(0)  # value blocks of one head are neighbours: they read the same r, w, k, a, b rows
@@ -101,7 +125,7 @@ def _program(state_ptr, L, H, K, V, BK: tl.constexpr, BV: tl.constexpr, CHUNK: t
     kmask = kk < K
     vmask = vv < V
     span = L if STORE_ALL else CHUNK
-    states = _stored_states(state_ptr, i_bh, kk, vv, L, K, V, CHUNK, STORE_ALL)
+    states = _stored_states(state_ptr, i_bh, kk, vv, L, K, V, CHUNK, STORE_ALL, EVERY)
     return i_v, i_bh, i_bh // H, i_bh % H, kk, vv, kmask, vmask, span, states
 
 
@@ -134,8 +158,10 @@ def _advance(S, wt, kt, at, bt, vt):
 def _rwkv7_fwd_kernel(r_ptr, w_ptr, k_ptr, v_ptr, a_ptr, b_ptr, o_ptr, state_ptr, L, H, K, V,
                       sr_b, sr_t, sr_h, sr_d, sw_b, sw_t, sw_h, sw_d, sk_b, sk_t, sk_h, sk_d,
                       sv_b, sv_t, sv_h, sv_d, sa_b, sa_t, sa_h, sa_d, sb_b, sb_t, sb_h, sb_d,
-                      BK: tl.constexpr, BV: tl.constexpr, CHUNK: tl.constexpr, STORE_ALL: tl.constexpr):
-    i_v, i_bh, i_b, i_h, kk, vv, kmask, vmask, span, states = _program(state_ptr, L, H, K, V, BK, BV, CHUNK, STORE_ALL)
+                      BK: tl.constexpr, BV: tl.constexpr, CHUNK: tl.constexpr, STORE_ALL: tl.constexpr,
+                      EVERY: tl.constexpr):
+    i_v, i_bh, i_b, i_h, kk, vv, kmask, vmask, span, states = _program(state_ptr, L, H, K, V, BK, BV, CHUNK, STORE_ALL,
+                                                                       EVERY)
     smask = kmask[:, None] & vmask[None, :]
     # padded rows and columns stay 0: their k, b (rows) and v (columns) load as 0
     S = tl.zeros([BK, BV], dtype=tl.float32)
@@ -153,7 +179,10 @@ def _rwkv7_fwd_kernel(r_ptr, w_ptr, k_ptr, v_ptr, a_ptr, b_ptr, o_ptr, state_ptr
                               sv_b, sv_t, sv_h, sv_d, sa_b, sa_t, sa_h, sa_d, sb_b, sb_t, sb_h, sb_d)
             S = _advance(S, wt, kt, at, bt, vt)
             if STORE_ALL:
-                tl.store(states + (t + 1) * K * V, S, mask=smask)
+                if EVERY == 1:
+                    tl.store(states + (t + 1) * K * V, S, mask=smask)
+                elif ((t + 1) % EVERY == 0) | (t + 1 == L):  # every EVERY-th state, and S_L
+                    tl.store(states + ((t + EVERY) // EVERY) * K * V, S, mask=smask)
             o = tl.sum(rt[:, None] * S, axis=0)
             tl.store(o_ptr + ((i_b * L + t) * H + i_h) * V + vv, o, mask=vmask)
 
@@ -164,9 +193,12 @@ def _rwkv7_bwd_kernel(r_ptr, w_ptr, k_ptr, v_ptr, a_ptr, b_ptr, state_ptr, do_pt
                       sr_b, sr_t, sr_h, sr_d, sw_b, sw_t, sw_h, sw_d, sk_b, sk_t, sk_h, sk_d,
                       sv_b, sv_t, sv_h, sv_d, sa_b, sa_t, sa_h, sa_d, sb_b, sb_t, sb_h, sb_d,
                       sdo_b, sdo_t, sdo_h, sdo_d,
-                      BK: tl.constexpr, BV: tl.constexpr, CHUNK: tl.constexpr, STORE_ALL: tl.constexpr):
-    # spans and stored states as in the forward: store-all walks the sequence once, reading S_{t-1} from the states
-    i_v, i_bh, i_b, i_h, kk, vv, kmask, vmask, span, states = _program(state_ptr, L, H, K, V, BK, BV, CHUNK, STORE_ALL)
+                      BK: tl.constexpr, BV: tl.constexpr, CHUNK: tl.constexpr, STORE_ALL: tl.constexpr,
+                      EVERY: tl.constexpr):
+    # spans and stored states as in the forward: all and half walk the sequence once, reading S_{t-1} from the states
+    # (with EVERY = 2, an S_{t-1} not stored is one step from S_{t-2}, which is)
+    i_v, i_bh, i_b, i_h, kk, vv, kmask, vmask, span, states = _program(state_ptr, L, H, K, V, BK, BV, CHUNK, STORE_ALL,
+                                                                       EVERY)
     smask = kmask[:, None] & vmask[None, :]
     if not STORE_ALL:
         # this program's scratch: slot s holds the state entering step s of the current chunk
@@ -174,14 +206,21 @@ def _rwkv7_bwd_kernel(r_ptr, w_ptr, k_ptr, v_ptr, a_ptr, b_ptr, state_ptr, do_pt
                    + tl.arange(0, BK)[:, None] * BV + tl.arange(0, BV)[None, :])
     dS = tl.zeros([BK, BV], dtype=tl.float32)  # dL/dS_t, carried backwards in time across spans
     n_spans = tl.cdiv(L, span)
-    # the reverse walk's rows of step t and S_{t-1} (from the stored states, or in the chunked mode from the chunk's
-    # scratch) are loaded during step t + 1, as in the forward
+    # the reverse walk's output gradient and S_{t-1} (from the stored states, or in the chunked mode from the chunk's
+    # scratch) are loaded during step t + 1, as in the forward, and so are its rows, except with every other state
+    # stored: step t needs step t - 1's rows to recompute an S_{t-1} not stored, so they are loaded during step t + 2
+    # (held that far ahead in the other modes, they cost registers and time: module docstring)
+    HALF: tl.constexpr = STORE_ALL and EVERY == 2
     rows = _step_rows(r_ptr, w_ptr, k_ptr, v_ptr, a_ptr, b_ptr, i_b, L - 1, i_h, kk, vv, kmask, vmask,
                       sr_b, sr_t, sr_h, sr_d, sw_b, sw_t, sw_h, sw_d, sk_b, sk_t, sk_h, sk_d, sv_b, sv_t, sv_h, sv_d,
                       sa_b, sa_t, sa_h, sa_d, sb_b, sb_t, sb_h, sb_d)
+    if HALF:
+        rows_before = _step_rows(r_ptr, w_ptr, k_ptr, v_ptr, a_ptr, b_ptr, i_b, tl.maximum(L - 2, 0), i_h, kk, vv,
+                                 kmask, vmask, sr_b, sr_t, sr_h, sr_d, sw_b, sw_t, sw_h, sw_d, sk_b, sk_t, sk_h, sk_d,
+                                 sv_b, sv_t, sv_h, sv_d, sa_b, sa_t, sa_h, sa_d, sb_b, sb_t, sb_h, sb_d)
     do_next = _row(do_ptr, i_b, L - 1, i_h, vv, sdo_b, sdo_t, sdo_h, sdo_d, vmask)
-    if STORE_ALL:
-        S_prev_next = tl.load(states + (L - 1) * K * V, mask=smask, other=0.0)
+    if STORE_ALL:  # S_s, the last stored state at or before S_{L-1}
+        S_prev_next = tl.load(states + ((L - 1) // EVERY) * K * V, mask=smask, other=0.0)
     else:  # each chunk loads its own first S_{t-1} from its scratch; until then a zero tile of the right shape
         S_prev_next = dS
     for ci in range(n_spans):
@@ -189,7 +228,7 @@ def _rwkv7_bwd_kernel(r_ptr, w_ptr, k_ptr, v_ptr, a_ptr, b_ptr, state_ptr, do_pt
         start = c * span
         end = tl.minimum(start + span, L)
         if STORE_ALL:
-            S = tl.load(states + L * K * V, mask=smask, other=0.0)
+            S = tl.load(states + ((L + EVERY - 1) // EVERY) * K * V, mask=smask, other=0.0)
         else:
             S = tl.load(states + c * K * V, mask=smask, other=0.0)
             walk = _step_rows(r_ptr, w_ptr, k_ptr, v_ptr, a_ptr, b_ptr, i_b, start, i_h, kk, vv, kmask, vmask,
@@ -213,12 +252,22 @@ def _rwkv7_bwd_kernel(r_ptr, w_ptr, k_ptr, v_ptr, a_ptr, b_ptr, state_ptr, do_pt
             dot = do_next
             S_prev = S_prev_next
             tp = tl.maximum(t - 1, 0)
-            rows = _step_rows(r_ptr, w_ptr, k_ptr, v_ptr, a_ptr, b_ptr, i_b, tp, i_h, kk, vv, kmask, vmask,
-                              sr_b, sr_t, sr_h, sr_d, sw_b, sw_t, sw_h, sw_d, sk_b, sk_t, sk_h, sk_d,
-                              sv_b, sv_t, sv_h, sv_d, sa_b, sa_t, sa_h, sa_d, sb_b, sb_t, sb_h, sb_d)
+            if HALF:
+                rows = rows_before  # step t - 1's
+                if t % 2 == 1:  # S_{t-1} is not stored: one step of the forward from S_{t-2}
+                    _, w1, k1, a1, b1, v1 = rows
+                    S_prev = _advance(S_prev, w1, k1, a1, b1, v1)
+                rows_before = _step_rows(r_ptr, w_ptr, k_ptr, v_ptr, a_ptr, b_ptr, i_b, tl.maximum(t - 2, 0), i_h, kk,
+                                         vv, kmask, vmask, sr_b, sr_t, sr_h, sr_d, sw_b, sw_t, sw_h, sw_d, sk_b, sk_t,
+                                         sk_h, sk_d, sv_b, sv_t, sv_h, sv_d, sa_b, sa_t, sa_h, sa_d, sb_b, sb_t, sb_h,
+                                         sb_d)
+            else:
+                rows = _step_rows(r_ptr, w_ptr, k_ptr, v_ptr, a_ptr, b_ptr, i_b, tp, i_h, kk, vv, kmask, vmask,
+                                  sr_b, sr_t, sr_h, sr_d, sw_b, sw_t, sw_h, sw_d, sk_b, sk_t, sk_h, sk_d,
+                                  sv_b, sv_t, sv_h, sv_d, sa_b, sa_t, sa_h, sa_d, sb_b, sb_t, sb_h, sb_d)
             do_next = _row(do_ptr, i_b, tp, i_h, vv, sdo_b, sdo_t, sdo_h, sdo_d, vmask)
             if STORE_ALL:
-                S_prev_next = tl.load(states + tp * K * V, mask=smask, other=0.0)
+                S_prev_next = tl.load(states + (tp // EVERY) * K * V, mask=smask, other=0.0)
             else:  # from this chunk's scratch (at its first step, slot 0 again: the next chunk reloads its own)
                 S_prev_next = tl.load(scratch + tl.maximum(t - 1 - start, 0) * BK * BV)
             dS += rt[:, None] * dot[None, :]
@@ -243,11 +292,13 @@ def _rwkv7_bwd_kernel(r_ptr, w_ptr, k_ptr, v_ptr, a_ptr, b_ptr, state_ptr, do_pt
 
 class Launch(NamedTuple):
     """How the kernels are launched: value columns per program (a power of two), warps per program, software-
-    pipelining stages of the time loop. The defaults were the fastest forward + backward measured (module
-    docstring)."""
+    pipelining stages of the time loop, and which states the forward keeps for the backward (``"auto"``:
+    ``PREFERRED`` within ``STATE_BUDGET_BYTES``, else chunked; ``"all"``, ``"half"`` or ``"chunked"`` to choose,
+    ``zoo.kernels.stored_states``). The defaults were the fastest forward + backward measured (module docstring)."""
     block_v: int = 16
     num_warps: int = 1
     num_stages: int = 1
+    states: str = "auto"
 
 
 def _blocks(K: int, V: int, launch: Launch) -> tuple[int, int]:
@@ -255,8 +306,15 @@ def _blocks(K: int, V: int, launch: Launch) -> tuple[int, int]:
     return triton.next_power_of_2(K), min(triton.next_power_of_2(V), launch.block_v)
 
 
-def _n_states(L: int, store_all: bool) -> int:
-    return L + 1 if store_all else triton.cdiv(L, CHUNK)
+def _states_mode(Bsz: int, L: int, H: int, K: int, V: int, states: str) -> str:
+    """The mode a call runs (``zoo.kernels.stored_states.states_mode``): ``PREFERRED`` where its (B H, n, K, V)
+    float32 states fit ``STATE_BUDGET_BYTES``, else chunked, unless ``states`` names one."""
+    return states_mode(states, L, Bsz * H * K * V * 4, STATE_BUDGET_BYTES, CHUNK, PREFERRED)
+
+
+def _constexprs(mode: str, chunk: int) -> dict:
+    """The stored states' compile-time arguments, which the forward and backward kernels share."""
+    return dict(CHUNK=chunk, STORE_ALL=mode != "chunked", EVERY=EVERY.get(mode, 1))  # EVERY unread when chunked
 
 
 class RWKV7Function(torch.autograd.Function):
@@ -265,16 +323,16 @@ class RWKV7Function(torch.autograd.Function):
         Bsz, L, H, K = r.shape
         V = v.shape[-1]
         o = torch.empty(Bsz, L, H, V, device=r.device, dtype=torch.float32)
-        store_all = Bsz * H * (L + 1) * K * V * 4 <= STATE_BUDGET_BYTES
-        states = torch.empty(Bsz * H, _n_states(L, store_all), K, V, device=r.device, dtype=torch.float32)
+        mode = _states_mode(Bsz, L, H, K, V, launch.states)
+        states = torch.empty(Bsz * H, n_states(L, mode, CHUNK), K, V, device=r.device, dtype=torch.float32)
         assert states.numel() < 2**31, "rwkv7 fused recurrence: the stored states exceed int32 offsets"
         BK, BV = _blocks(K, V, launch)
         _rwkv7_fwd_kernel[(triton.cdiv(V, BV), Bsz * H)](
             r, w, k, v, a, b, o, states, L, H, K, V,
             *r.stride(), *w.stride(), *k.stride(), *v.stride(), *a.stride(), *b.stride(),
-            BK=BK, BV=BV, CHUNK=CHUNK, STORE_ALL=store_all, num_warps=launch.num_warps, num_stages=launch.num_stages)
+            BK=BK, BV=BV, **_constexprs(mode, CHUNK), num_warps=launch.num_warps, num_stages=launch.num_stages)
         ctx.save_for_backward(r, w, k, v, a, b, states)
-        ctx.store_all = store_all
+        ctx.states = mode
         ctx.chunk = CHUNK  # the states' spacing: CHUNK may change (tests) between forward and backward
         ctx.launch = launch
         return o
@@ -293,13 +351,12 @@ class RWKV7Function(torch.autograd.Function):
 
         dr, dw, dk, da, db = (partial() for _ in range(5))
         dv = torch.empty(v.shape, device=v.device, dtype=v.dtype)
-        scratch = None if ctx.store_all else torch.empty(Bsz * H * nv, ctx.chunk, BK, BV, device=r.device,
+        scratch = None if ctx.states != "chunked" else torch.empty(Bsz * H * nv, ctx.chunk, BK, BV, device=r.device,
                                                          dtype=torch.float32)
         _rwkv7_bwd_kernel[(nv, Bsz * H)](
             r, w, k, v, a, b, states, do, scratch, dr, dw, dk, dv, da, db, L, H, K, V, Bsz,
             *r.stride(), *w.stride(), *k.stride(), *v.stride(), *a.stride(), *b.stride(), *do.stride(),
-            BK=BK, BV=BV, CHUNK=ctx.chunk, STORE_ALL=ctx.store_all,
-            num_warps=launch.num_warps, num_stages=launch.num_stages)
+            BK=BK, BV=BV, **_constexprs(ctx.states, ctx.chunk), num_warps=launch.num_warps, num_stages=launch.num_stages)
         # the partials over value blocks summed; autograd casts each gradient to its input's dtype
         return sum_blocks(dr), sum_blocks(dw), sum_blocks(dk), dv, sum_blocks(da), sum_blocks(db), None
 
@@ -312,5 +369,6 @@ def rwkv7_fused(r: torch.Tensor, w: torch.Tensor, k: torch.Tensor, v: torch.Tens
     any float dtype and strides (the math is float32); any K and V (padded to powers of two inside). ``launch``
     changes only the speed.
     """
+    check_states(launch.states)
     return RWKV7Function.apply(r, w, k, v, a, b, launch)
 

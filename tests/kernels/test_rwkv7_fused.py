@@ -1,5 +1,5 @@
-"""RWKV-7's Triton fused recurrence in both modes, every state stored or chunked states recomputed, against the
-step-by-step recurrence: values and all six gradients, strong and weak decays, launch choices, bit-reproducibility;
+"""RWKV-7's Triton fused recurrence in its three modes (every state stored, every other state stored, chunked states
+recomputed) against the step-by-step recurrence: values and all six gradients, strong and weak decays, launch choices, bit-reproducibility;
 and on a GPU, ``rwkv7(..., backend="auto")`` in bf16 at the model's head size against the chunked form."""
 import pytest
 import torch
@@ -11,16 +11,18 @@ from zoo.kernels.rwkv7.chunked import rwkv7_chunked
 from zoo.kernels.rwkv7.fused_recurrent import rwkv7_fused
 from zoo.kernels.rwkv7.naive import rwkv7_naive, rwkv7_recurrence
 
-MODES = ("store_all", "chunked")
+MODES = ("all", "half", "chunked")
 NAMES = ("o", "r", "w", "k", "v", "a", "b")
 
 
 def use_mode(monkeypatch, mode, chunk):
-    """Make the Triton kernel run in ``mode``: the test shapes fit the default budget, so chunked takes a zero
-    budget (and ``chunk`` steps a chunk)."""
+    """Make the Triton kernel run in ``mode`` where the launch says "auto": the test shapes fit the default budget,
+    so all and half as the preferred mode, chunked with a zero budget (and ``chunk`` steps a chunk)."""
     if mode == "chunked":
         monkeypatch.setattr(fused_recurrent, "STATE_BUDGET_BYTES", 0)
         monkeypatch.setattr(fused_recurrent, "CHUNK", chunk)
+    else:
+        monkeypatch.setattr(fused_recurrent, "PREFERRED", mode)
 
 
 def layer_inputs(B, L, H, K, V, w_low=-5.0, w_high=-0.01, device="cpu", dtype=torch.float32, seed=0):
@@ -55,7 +57,8 @@ def fused_against_naive(shape, w_low, w_high, device="cpu", launch=fused_recurre
     return got, grads(rwkv7_recurrence, xs64, do.double())
 
 
-# (B, L, H, K, V), CHUNK (chunked mode), w range: L = 19 not a multiple of the chunk; V = 32 two value blocks of the
+# (B, L, H, K, V), CHUNK (chunked mode), w range: L = 19 not a multiple of the chunk (and odd: half mode's last state
+# is stored after an odd step), L = 8 even; V = 32 two value blocks of the
 # default 16 (partial sums over value blocks); K, V not powers of two (masked padding); strong and weak decays
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("shape, chunk, w_low, w_high", [
@@ -63,7 +66,8 @@ def fused_against_naive(shape, w_low, w_high, device="cpu", launch=fused_recurre
     ((1, 19, 1, 16, 32), 4, -20.0, -8.0),
     ((1, 11, 1, 16, 16), 16, -1e-3, -1e-6),
     ((1, 7, 2, 6, 20), 2, -3.0, -0.1),
-], ids=["layer", "strong", "weak", "padded"])
+    ((1, 8, 1, 8, 16), 4, -2.0, -0.05),
+], ids=["layer", "strong", "weak", "padded", "even"])
 def test_triton_matches_naive(monkeypatch, mode, shape, chunk, w_low, w_high):
     use_mode(monkeypatch, mode, chunk)
     got, want = fused_against_naive(shape, w_low, w_high)
@@ -80,15 +84,25 @@ def test_triton_is_bit_reproducible(monkeypatch, mode):
     assert all(torch.equal(x, y) for x, y in zip(first, second))
 
 
-def test_triton_stores_every_state_within_the_budget_and_chunks_above_it(monkeypatch):
+@pytest.mark.parametrize("preferred, kept", [("all", 10), ("half", 6)])
+def test_triton_keeps_the_preferred_states_within_the_budget_and_chunks_above_it(monkeypatch, preferred, kept):
+    """"auto" keeps S_0 .. S_9 (all) or S_0, S_2, .., S_8, S_9 (half) where they fit, else every 4th; a mode by
+    name is kept whatever the budget."""
     B, L, H, K, V = 2, 9, 2, 4, 8
     monkeypatch.setattr(fused_recurrent, "CHUNK", 4)
+    monkeypatch.setattr(fused_recurrent, "PREFERRED", preferred)
     xs = layer_inputs(B, L, H, K, V)
-    every_state = B * H * (L + 1) * K * V * 4  # bytes of float32 S_0 .. S_L
-    for budget, store_all, n_states in ((every_state, True, L + 1), (every_state - 1, False, 3)):
+    fits = B * H * kept * K * V * 4  # bytes of the float32 states
+    for budget, states, mode, n_states in ((fits, "auto", preferred, kept), (fits - 1, "auto", "chunked", 3),
+                                           (0, "half", "half", 6), (0, "all", "all", 10)):
         monkeypatch.setattr(fused_recurrent, "STATE_BUDGET_BYTES", budget)
-        ctx = rwkv7_fused(*xs).grad_fn
-        assert ctx.store_all is store_all and ctx.saved_tensors[-1].shape == (B * H, n_states, K, V)
+        ctx = rwkv7_fused(*xs, launch=fused_recurrent.Launch(states=states)).grad_fn
+        assert ctx.states == mode and ctx.saved_tensors[-1].shape == (B * H, n_states, K, V)
+
+
+def test_triton_rejects_an_unknown_states_mode():
+    with pytest.raises(ValueError, match="launch.states='every'.*auto, all, half, chunked"):
+        rwkv7_fused(*layer_inputs(1, 3, 1, 4, 4), launch=fused_recurrent.Launch(states="every"))
 
 
 def test_triton_takes_strided_low_precision_views():
