@@ -21,7 +21,8 @@ Shapes: ``sum_rows``: partial [..., P, N] float32 -> [..., N] float32; ``sum_fir
 
 ``sum_blocks`` is the other kind of partial: a recurrence's per-step gradients written by each of a few blocks of
 channels (the selective scan's dB and dC, RWKV-7's value blocks, the SSD's blocks of P), [G, ...] with G of 1 to a
-few and millions of values behind it.
+few and millions of values behind it. Its kernel writes the sum in the gradient's final dtype (the input's, bf16
+under autocast): PyTorch's ``sum(0)`` wrote float32, and autograd's cast to the input's dtype then read it again.
 """
 from __future__ import annotations
 
@@ -72,8 +73,30 @@ def sum_first(partial: torch.Tensor) -> torch.Tensor:
     return sum_rows(partial.reshape(partial.shape[0], -1)).view(partial.shape[1:])
 
 
-def sum_blocks(partial: torch.Tensor) -> torch.Tensor:
-    """partial [G, ...] (any dtype) -> its sum over the first dim, [...]: the one block itself where G = 1 (a view,
-    no copy), else PyTorch's sum (``sum_first``'s kernel is made for many rows of few columns, not a few rows of
-    millions)."""
-    return partial[0] if partial.shape[0] == 1 else partial.sum(0)
+@triton.jit
+def _sum_blocks_kernel(PARTIAL, OUT, G, M, BLOCK: tl.constexpr):
+    i = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    ok = i < M
+    acc = tl.load(PARTIAL + i, mask=ok, other=0.0).to(tl.float32)
+    for g in range(1, G):
+        acc += tl.load(PARTIAL + g * M + i, mask=ok, other=0.0).to(tl.float32)
+    tl.store(OUT + i, acc.to(OUT.dtype.element_ty), mask=ok)
+
+
+SUM_BLOCKS_BLOCK = 2048  # values a program sums: 16 a thread at 4 warps
+
+
+def sum_blocks(partial: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """partial [G, ...] -> its sum over the first dim, [...] in ``dtype`` (default: partial's), blocks added in order
+    in float32 (``sum_first``'s kernel is made for many rows of few columns, not a few rows of millions). Where G = 1
+    the one block itself (a view, no copy), cast if ``dtype`` asks for another."""
+    dtype = dtype or partial.dtype
+    if partial.shape[0] == 1:
+        return partial[0].to(dtype)
+    G, *rest = partial.shape
+    out = torch.empty(rest, dtype=dtype, device=partial.device)
+    M = out.numel()
+    if M:
+        _sum_blocks_kernel[(triton.cdiv(M, SUM_BLOCKS_BLOCK),)](partial.contiguous(), out, G, M, BLOCK=SUM_BLOCKS_BLOCK,
+                                                               num_warps=4)
+    return out

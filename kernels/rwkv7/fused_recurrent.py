@@ -43,8 +43,8 @@ slower (3.534 ms at the first shape).
 Launch: 16 value columns and one warp per program (``Launch``'s defaults): a program's sums stay inside one warp,
 with no shared-memory round trip per step, many small programs fill the SMs (B H V / 16 of them), and the
 backward's three live (K, 16) tiles (S_t, S_{t-1}, dS) stay in registers at K = 64. Measured on an H200 (torch 2.11,
-Triton 3.6, bf16 inputs, K = V = 64, H = 2, every state stored), forward + backward in ms, this launch against the best of
-the other eight (16, 32 or 64 columns, 1, 2 or 4 warps) and the chunked PyTorch form (``chunked.py``):
+Triton 3.6, bf16 inputs, K = V = 64, H = 2, every state stored), forward + backward in ms, this launch against the
+best of the other eight (16, 32 or 64 columns, 1, 2 or 4 warps) and the chunked PyTorch form (``chunked.py``):
 
     B=256, L=256:  4.43  (next 5.10: 32 columns, 2 warps)   chunked 15.66
     B=128, L=512:  4.34  (next 4.94: 32 columns, 2 warps)   chunked 16.04
@@ -53,18 +53,18 @@ Forward alone is not faster with this launch (1.79 ms against 1.09 with 32 colum
 but the backward dominates.
 
 Every walk loads step t's rows (and, in the backward, S_{t-1} from the stored states or the chunk's scratch) during
-step t - 1 (t + 1 walking back; half's rows t + 2): none of them depends on the carried state, so their latency hides behind a step's
-work instead of stalling each step. Against the kernel that loaded each step's rows when the step began, side by
-side in one process on an H100 80GB (torch 2.11, Triton 3.6, bf16 inputs, K = V = 64, this launch), forward /
-forward + backward in ms::
+step t - 1 (t + 1 walking back; half's rows t + 2): none of them depends on the carried state, so their latency
+hides behind a step's work instead of stalling each step. Against the kernel that loaded each step's rows when the
+step began, side by side in one process on an H100 80GB (torch 2.11, Triton 3.6, bf16 inputs, K = V = 64, this
+launch), forward / forward + backward in ms::
 
     B=256, L=256, H=2:  all 1.630 / 4.315 -> 1.123 / 3.301    chunked 1.087 / 4.577 -> 0.450 / 3.221
     B=128, L=512, H=2:  all 1.570 / 4.203 -> 0.908 / 3.079    chunked 1.095 / 4.585 -> 0.432 / 3.184
     B=512, L=128, H=4:  all 1.594 / 8.224 -> 0.697 / 6.088    chunked 1.595 / 8.220 -> 0.696 / 6.093
 
 (the "all" row of the last shape ran chunked: its states exceed the budget). The two modes then cost about the
-same, and all stayed the default until half. Results differ from the earlier kernel's by rounding only (largest difference 1.2e-3 of the largest value,
-the gradients being bf16).
+same, and all stayed the default until half. Results differ from the earlier kernel's by rounding only (largest
+difference 1.2e-3 of the largest value, the gradients being bf16).
 
 dr, dk, db, dw and da sum over V, so each program writes its own partial over its value columns into an
 (NV, B, L, H, K) float32 buffer and the wrapper sums them: no atomics, so a run is bit-reproducible. dv sums over K,
@@ -356,9 +356,11 @@ class RWKV7Function(torch.autograd.Function):
         _rwkv7_bwd_kernel[(nv, Bsz * H)](
             r, w, k, v, a, b, states, do, scratch, dr, dw, dk, dv, da, db, L, H, K, V, Bsz,
             *r.stride(), *w.stride(), *k.stride(), *v.stride(), *a.stride(), *b.stride(), *do.stride(),
-            BK=BK, BV=BV, **_constexprs(ctx.states, ctx.chunk), num_warps=launch.num_warps, num_stages=launch.num_stages)
-        # the partials over value blocks summed; autograd casts each gradient to its input's dtype
-        return sum_blocks(dr), sum_blocks(dw), sum_blocks(dk), dv, sum_blocks(da), sum_blocks(db), None
+            BK=BK, BV=BV, **_constexprs(ctx.states, ctx.chunk), num_warps=launch.num_warps,
+            num_stages=launch.num_stages)
+        # the partials over value blocks summed, each into its input's dtype
+        return (sum_blocks(dr, r.dtype), sum_blocks(dw, w.dtype), sum_blocks(dk, k.dtype), dv, sum_blocks(da, a.dtype),
+                sum_blocks(db, b.dtype), None)
 
 
 def rwkv7_fused(r: torch.Tensor, w: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a: torch.Tensor,

@@ -364,7 +364,7 @@ def _scan_bwd_kernel(u_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr,
                                      su_b, su_t, su_e, sdt_b, sdt_t, sdt_e, sz_b, sz_t, sz_e, sB_b, sB_t, sB_n,
                                      sC_b, sC_t, sC_n, HAS_Z)
             gy_next = _row(gy_ptr, b, tp, e, sgy_b, sgy_t, sgy_e, emask)
-            if not STORE_ALL:  # from this chunk's scratch (at its first step slot 0 again: the next chunk reloads its own)
+            if not STORE_ALL:  # from the chunk's scratch (at its first step slot 0 again: the next chunk loads its own)
                 h_prev_next = tl.load(scratch + tl.maximum(t - 1 - start, 0) * BLOCK_E * N)
             dtt, gsoftplus = _dt(dt_in, bias, HAS_BIAS, SOFTPLUS)
             row = (b * L + t) * E + e
@@ -502,8 +502,8 @@ class SelectiveScanFunction(torch.autograd.Function):
             **_constexprs(ctx.states, N, block, D, z, delta_bias, ctx.delta_softplus),
             num_warps=launch.num_warps, num_stages=launch.num_stages)
         # autograd casts each gradient to its input's dtype. The partials over sequences (Bt rows) are finished by
-        # zoo's row sum; gB's and gC's (ne rows of Bt L N values) by ``sum_blocks``
-        return (gu, gdt, sum_first(gA), sum_blocks(gB), sum_blocks(gC),
+        # zoo's row sum; gB's and gC's (ne rows of Bt L N values) by ``sum_blocks``, into B's and C's dtype
+        return (gu, gdt, sum_first(gA), sum_blocks(gB, B.dtype), sum_blocks(gC, C.dtype),
                 None if gD is None else sum_first(gD), gz, None if gbias is None else sum_first(gbias), None, None,
                 None)
 

@@ -317,8 +317,8 @@ class SSDFunction(torch.autograd.Function):
         _ssd_bwd_dx_kernel[(Bt * n_chunks, H, n_pb)](
             x, dt, A, B, C, D, dy, dstates, dot, csdy, dx, ddt, dA, dD, L, H, N, P, Bt, *strides,
             HAS_D=D is not None, **sizes, **_launch(launch, "dx"))
-        return (dx, sum_blocks(ddt).to(dt.dtype), dA.sum((0, 1)).to(A.dtype), sum_blocks(dB).to(B.dtype),
-                sum_blocks(dC).to(C.dtype), None if D is None else dD.sum((0, 1)).to(D.dtype), None, None, None)
+        return (dx, sum_blocks(ddt, dt.dtype), dA.sum((0, 1)).to(A.dtype), sum_blocks(dB, B.dtype),
+                sum_blocks(dC, C.dtype), None if D is None else dD.sum((0, 1)).to(D.dtype), None, None, None)
 
 
 def ssd_fused(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor,

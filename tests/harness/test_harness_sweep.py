@@ -1,6 +1,5 @@
 """Sweeps: finished runs stay finished, failures are isolated, kills are survived, one owner per folder."""
 import json
-import os
 import signal
 import subprocess
 import sys

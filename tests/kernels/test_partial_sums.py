@@ -1,11 +1,11 @@
 """``zoo.kernels.partial_sums`` (interpreted on CPU): ``sum_rows``, the sum over the rows of [..., P, N] float32
 partial sums, and ``sum_first``, over the first dim, against ``torch.sum`` in float64, at row and column counts off
 the kernel's tile sizes; the same bits on a second call; empty inputs; a non-float32 input refused. ``sum_blocks``:
-a lone block returned as it is, several summed."""
+a lone block returned as it is (or cast), several summed in order into the dtype asked for."""
 import pytest
 import torch
 
-from zoo.kernels.partial_sums import MAX_BLOCK_N, TILE, sum_blocks, sum_first, sum_rows
+from zoo.kernels.partial_sums import MAX_BLOCK_N, SUM_BLOCKS_BLOCK, TILE, sum_blocks, sum_first, sum_rows
 
 
 @pytest.mark.parametrize("shape", [(1, 1), (3, 5), (33, 64), (TILE // MAX_BLOCK_N + 1, MAX_BLOCK_N + 3),
@@ -56,5 +56,21 @@ def test_gpu_sum_rows_at_the_shapes_of_the_training_step():
 def test_sum_blocks_returns_a_lone_block_itself_and_sums_several():
     one = torch.randn(1, 3, 4, dtype=torch.bfloat16)
     assert sum_blocks(one).data_ptr() == one.data_ptr() and torch.equal(sum_blocks(one), one[0])
+    assert sum_blocks(one, torch.float32).dtype == torch.float32 and torch.equal(sum_blocks(one, torch.float32),
+                                                                                 one[0].float())
     several = torch.randn(3, 5, 2)
     torch.testing.assert_close(sum_blocks(several), several[0] + several[1] + several[2])
+
+
+# bf16 on the GPU only: Triton's interpreter rounds float32 to bf16 by truncation (up to one unit in the last place)
+@pytest.mark.parametrize("device, dtype", [("cpu", torch.float32), ("cpu", torch.float16),
+                                           pytest.param("cuda", torch.bfloat16, marks=pytest.mark.gpu)])
+def test_sum_blocks_adds_the_blocks_in_order_into_the_dtype_asked_for(device, dtype):
+    """Values past one program's block (masked tail), four blocks added first to last in float32, then rounded once
+    to ``dtype``: the same bits as that sum in PyTorch, and on a second call."""
+    partial = torch.randn(4, 3, SUM_BLOCKS_BLOCK // 3 + 5, generator=torch.Generator().manual_seed(1)).to(device)
+    got = sum_blocks(partial, dtype)
+    assert got.dtype == dtype and got.shape == partial.shape[1:]
+    assert torch.equal(got, (((partial[0] + partial[1]) + partial[2]) + partial[3]).to(dtype))
+    assert torch.equal(sum_blocks(partial, dtype), got)
+    assert sum_blocks(torch.zeros(2, 0, 3, device=device), dtype).shape == (0, 3)

@@ -2,7 +2,6 @@
 same operations, its dropout, and which backend ``auto`` picks."""
 import pytest
 import torch
-import torch.nn.functional as F
 
 from zoo.kernels.attention import FUSED_HEAD_DIM_MAX, causal_mask, softmax_attention
 from zoo.kernels.backend import last_backend
