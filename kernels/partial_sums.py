@@ -23,6 +23,12 @@ Shapes: ``sum_rows``: partial [..., P, N] float32 -> [..., N] float32; ``sum_fir
 channels (the selective scan's dB and dC, RWKV-7's value blocks, the SSD's blocks of P), [G, ...] with G of 1 to a
 few and millions of values behind it. Its kernel writes the sum in the gradient's final dtype (the input's, bf16
 under autocast): PyTorch's ``sum(0)`` wrote float32, and autograd's cast to the input's dtype then read it again.
+Forward + backward in ms, one process on an H100 80GB, best of three interleaved rounds of ``do_bench``, bf16 inputs,
+``sum(0)`` and the cast against this kernel: RWKV-7's recurrence (five gradients of four value blocks) 3.025 -> 2.902
+at B=256, L=256, H=2, K=V=64, 3.029 -> 2.905 at B=128, L=512, H=2, 5.769 -> 5.542 at B=512, L=128, H=4; the selective
+scan (dB, dC of 4 to 16 channel blocks) 0.977 -> 0.966 at Bt=256, L=256, E=256, N=16, 3.628 -> 3.618 at Bt=128,
+L=512, E=1024. In RWKV-7's profiled epoch at the figure-2 cell its 10 calls a step take 0.216 s of 3.561 s of GPU
+time: at about 55 us a call for 151 MB read and written, it runs at the H100's memory bandwidth.
 """
 from __future__ import annotations
 
