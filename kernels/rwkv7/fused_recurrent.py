@@ -40,6 +40,14 @@ t - 1's rows loaded one step ahead, like the other modes, and its recompute plac
 no faster than all (3.331, 3.189, 6.098 ms forward + backward); loading two steps ahead in every mode made all
 slower (3.534 ms at the first shape).
 
+The forward walks two steps a loop step where it keeps states in one span (all and half), as the scan's does: with
+every other state kept, the state to store is the loop step's last (no branch each step), and the two steps' work
+off the chain (their outputs' sums over K) can overlap. Forward / forward + backward, ms, half, default launch, best
+of two interleaved rounds in one process on an H100 80GB, one step a loop step -> two: 0.644 / 2.893 -> 0.571 /
+2.823 at B=256, L=256, H=2; 0.591 / 2.909 -> 0.559 / 2.878 at B=128, L=512, H=2; 1.104 / 5.537 -> 1.119 / 5.554 at
+B=512, L=128, H=4. A launch of its own for the forward (16 to 64 columns, 1 to 4 warps) was fastest at no more than
+two of the three shapes (32 columns and one warp: 0.506, 0.647, 1.004 ms), so it keeps the backward's.
+
 Launch: 16 value columns and one warp per program (``Launch``'s defaults): a program's sums stay inside one warp,
 with no shared-memory round trip per step, many small programs fill the SMs (B H V / 16 of them), and the
 backward's three live (K, 16) tiles (S_t, S_{t-1}, dS) stay in registers at K = 64. Measured on an H200 (torch 2.11,
@@ -155,36 +163,67 @@ def _advance(S, wt, kt, at, bt, vt):
 
 
 @triton.jit
+def _fwd_step(S, rows, o_ptr, i_b, t, i_h, L, H, V, vv, vmask):
+    """Step t of the forward walk: S_t from S_{t-1} and step t's rows, and its output row o_t = S_t^T r_t, stored."""
+    rt, wt, kt, at, bt, vt = rows
+    S = _advance(S, wt, kt, at, bt, vt)
+    tl.store(o_ptr + ((i_b * L + t) * H + i_h) * V + vv, tl.sum(rt[:, None] * S, axis=0), mask=vmask)
+    return S
+
+
+@triton.jit
 def _rwkv7_fwd_kernel(r_ptr, w_ptr, k_ptr, v_ptr, a_ptr, b_ptr, o_ptr, state_ptr, L, H, K, V,
                       sr_b, sr_t, sr_h, sr_d, sw_b, sw_t, sw_h, sw_d, sk_b, sk_t, sk_h, sk_d,
                       sv_b, sv_t, sv_h, sv_d, sa_b, sa_t, sa_h, sa_d, sb_b, sb_t, sb_h, sb_d,
                       BK: tl.constexpr, BV: tl.constexpr, CHUNK: tl.constexpr, STORE_ALL: tl.constexpr,
                       EVERY: tl.constexpr):
-    i_v, i_bh, i_b, i_h, kk, vv, kmask, vmask, span, states = _program(state_ptr, L, H, K, V, BK, BV, CHUNK, STORE_ALL,
+    i_v, i_bh, i_b, i_h, kk, vv, kmask, vmask, _, states = _program(state_ptr, L, H, K, V, BK, BV, CHUNK, STORE_ALL,
                                                                        EVERY)
     smask = kmask[:, None] & vmask[None, :]
     # padded rows and columns stay 0: their k, b (rows) and v (columns) load as 0
     S = tl.zeros([BK, BV], dtype=tl.float32)
-    # step t's rows are loaded during step t - 1 (the last step reloads its own): none depends on the carried state,
-    # so their latency hides behind a step's work instead of stalling each step
-    rows = _step_rows(r_ptr, w_ptr, k_ptr, v_ptr, a_ptr, b_ptr, i_b, 0, i_h, kk, vv, kmask, vmask,
-                      sr_b, sr_t, sr_h, sr_d, sw_b, sw_t, sw_h, sw_d, sk_b, sk_t, sk_h, sk_d, sv_b, sv_t, sv_h, sv_d,
-                      sa_b, sa_t, sa_h, sa_d, sb_b, sb_t, sb_h, sb_d)
-    for c in range(tl.cdiv(L, span)):
-        tl.store(states + c * K * V, S, mask=smask)
-        for t in range(c * span, tl.minimum(c * span + span, L)):
-            rt, wt, kt, at, bt, vt = rows
-            rows = _step_rows(r_ptr, w_ptr, k_ptr, v_ptr, a_ptr, b_ptr, i_b, tl.minimum(t + 1, L - 1), i_h, kk, vv,
+    if STORE_ALL:
+        # two steps a loop step: with EVERY = 2 the state to keep is the loop step's last (no branch each step), and
+        # the two steps' work off the chain (their outputs' sums over K) can overlap the next step's; the next two
+        # steps' rows are loaded during these
+        tl.store(states, S, mask=smask)
+        rows = _step_rows(r_ptr, w_ptr, k_ptr, v_ptr, a_ptr, b_ptr, i_b, 0, i_h, kk, vv, kmask, vmask,
+                          sr_b, sr_t, sr_h, sr_d, sw_b, sw_t, sw_h, sw_d, sk_b, sk_t, sk_h, sk_d,
+                          sv_b, sv_t, sv_h, sv_d, sa_b, sa_t, sa_h, sa_d, sb_b, sb_t, sb_h, sb_d)
+        rows_1 = _step_rows(r_ptr, w_ptr, k_ptr, v_ptr, a_ptr, b_ptr, i_b, tl.minimum(1, L - 1), i_h, kk, vv, kmask,
+                            vmask, sr_b, sr_t, sr_h, sr_d, sw_b, sw_t, sw_h, sw_d, sk_b, sk_t, sk_h, sk_d,
+                            sv_b, sv_t, sv_h, sv_d, sa_b, sa_t, sa_h, sa_d, sb_b, sb_t, sb_h, sb_d)
+        for j in range(L // 2):
+            t = 2 * j
+            now, now_1 = rows, rows_1
+            rows = _step_rows(r_ptr, w_ptr, k_ptr, v_ptr, a_ptr, b_ptr, i_b, tl.minimum(t + 2, L - 1), i_h, kk, vv,
                               kmask, vmask, sr_b, sr_t, sr_h, sr_d, sw_b, sw_t, sw_h, sw_d, sk_b, sk_t, sk_h, sk_d,
                               sv_b, sv_t, sv_h, sv_d, sa_b, sa_t, sa_h, sa_d, sb_b, sb_t, sb_h, sb_d)
-            S = _advance(S, wt, kt, at, bt, vt)
-            if STORE_ALL:
-                if EVERY == 1:
-                    tl.store(states + (t + 1) * K * V, S, mask=smask)
-                elif ((t + 1) % EVERY == 0) | (t + 1 == L):  # every EVERY-th state, and S_L
-                    tl.store(states + ((t + EVERY) // EVERY) * K * V, S, mask=smask)
-            o = tl.sum(rt[:, None] * S, axis=0)
-            tl.store(o_ptr + ((i_b * L + t) * H + i_h) * V + vv, o, mask=vmask)
+            rows_1 = _step_rows(r_ptr, w_ptr, k_ptr, v_ptr, a_ptr, b_ptr, i_b, tl.minimum(t + 3, L - 1), i_h, kk, vv,
+                                kmask, vmask, sr_b, sr_t, sr_h, sr_d, sw_b, sw_t, sw_h, sw_d, sk_b, sk_t, sk_h, sk_d,
+                                sv_b, sv_t, sv_h, sv_d, sa_b, sa_t, sa_h, sa_d, sb_b, sb_t, sb_h, sb_d)
+            S = _fwd_step(S, now, o_ptr, i_b, t, i_h, L, H, V, vv, vmask)
+            if EVERY == 1:
+                tl.store(states + (t + 1) * K * V, S, mask=smask)
+            S = _fwd_step(S, now_1, o_ptr, i_b, t + 1, i_h, L, H, V, vv, vmask)
+            tl.store(states + ((t + 2) // EVERY) * K * V, S, mask=smask)
+        if L % 2 == 1:  # the last step alone; S_L is kept at cdiv(L, EVERY) in both modes
+            S = _fwd_step(S, rows, o_ptr, i_b, L - 1, i_h, L, H, V, vv, vmask)
+            tl.store(states + ((L + EVERY - 1) // EVERY) * K * V, S, mask=smask)
+    else:
+        # chunked: the state entering each chunk is kept; step t's rows are loaded during step t - 1 (the last step
+        # reloads its own): none depends on the carried state, so their latency hides behind a step's work
+        rows = _step_rows(r_ptr, w_ptr, k_ptr, v_ptr, a_ptr, b_ptr, i_b, 0, i_h, kk, vv, kmask, vmask,
+                          sr_b, sr_t, sr_h, sr_d, sw_b, sw_t, sw_h, sw_d, sk_b, sk_t, sk_h, sk_d,
+                          sv_b, sv_t, sv_h, sv_d, sa_b, sa_t, sa_h, sa_d, sb_b, sb_t, sb_h, sb_d)
+        for c in range(tl.cdiv(L, CHUNK)):
+            tl.store(states + c * K * V, S, mask=smask)
+            for t in range(c * CHUNK, tl.minimum(c * CHUNK + CHUNK, L)):
+                now = rows
+                rows = _step_rows(r_ptr, w_ptr, k_ptr, v_ptr, a_ptr, b_ptr, i_b, tl.minimum(t + 1, L - 1), i_h, kk,
+                                  vv, kmask, vmask, sr_b, sr_t, sr_h, sr_d, sw_b, sw_t, sw_h, sw_d, sk_b, sk_t, sk_h,
+                                  sk_d, sv_b, sv_t, sv_h, sv_d, sa_b, sa_t, sa_h, sa_d, sb_b, sb_t, sb_h, sb_d)
+                S = _fwd_step(S, now, o_ptr, i_b, t, i_h, L, H, V, vv, vmask)
 
 
 @triton.jit
