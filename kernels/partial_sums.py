@@ -84,8 +84,9 @@ def _sum_blocks_kernel(PARTIAL, OUT, G, M, BLOCK: tl.constexpr):
     i = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     ok = i < M
     acc = tl.load(PARTIAL + i, mask=ok, other=0.0).to(tl.float32)
-    for g in range(1, G):
-        acc += tl.load(PARTIAL + g * M + i, mask=ok, other=0.0).to(tl.float32)
+    for _ in range(1, G):
+        PARTIAL += M  # the next block: a pointer step of M each time, never an int32 product g * M that could overflow
+        acc += tl.load(PARTIAL + i, mask=ok, other=0.0).to(tl.float32)
     tl.store(OUT + i, acc.to(OUT.dtype.element_ty), mask=ok)
 
 

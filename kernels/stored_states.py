@@ -14,8 +14,6 @@ Both walk a sequence of L steps, and the backward's reverse walk needs each step
 """
 from __future__ import annotations
 
-import math
-
 STATES = ("auto", "all", "half", "chunked")
 # steps between stored states in the modes that walk the sequence in one span
 EVERY = {"all": 1, "half": 2}
@@ -30,7 +28,7 @@ def check_states(states: str) -> None:
 def n_states(L: int, mode: str, chunk: int) -> int:
     """How many states of one sequence ``mode`` keeps: the entering state, every EVERY-th one after it and the last;
     or, chunked, the state entering each chunk of ``chunk`` steps."""
-    return math.ceil(L / EVERY[mode]) + 1 if mode in EVERY else math.ceil(L / chunk)
+    return -(-L // EVERY[mode]) + 1 if mode in EVERY else -(-L // chunk)  # ceiling divisions, in integers
 
 
 def states_mode(states: str, L: int, sequence_state_bytes: int, budget: int, chunk: int, preferred: str) -> str:
