@@ -244,7 +244,7 @@ def rwkv7_rows(B, T, H, K):
 # (as at the grid's Mamba runs at d_model=512), then the forward at other channels and warps
 FORWARD_LAUNCHES = ((32, 1), (64, 1), (128, 2), (64, 4))
 SCAN_LAUNCHES = ([Launch(block_e, warps) for block_e in (16, 32, 64) for warps in (1, 2)]
-                 + [Launch(None, 1, 1, states) for states in ("all", "half", "chunked")]
+                 + [Launch(None, 1, 1, states) for states in STORED_STATES[1:]]
                  + [Launch(forward_block_e=block_e, forward_warps=warps) for block_e, warps in FORWARD_LAUNCHES])
 
 

@@ -31,6 +31,12 @@ def n_states(L: int, mode: str, chunk: int) -> int:
     return -(-L // EVERY[mode]) + 1 if mode in EVERY else -(-L // chunk)  # ceiling divisions, in integers
 
 
+def constexprs(mode: str, chunk: int) -> dict:
+    """A mode's compile-time arguments for the kernels: ``CHUNK``, ``STORE_ALL`` (all and half walk the sequence as
+    one span) and ``EVERY`` (steps between stored states in that span; unread when chunked)."""
+    return dict(CHUNK=chunk, STORE_ALL=mode != "chunked", EVERY=EVERY.get(mode, 1))
+
+
 def states_mode(states: str, L: int, sequence_state_bytes: int, budget: int, chunk: int, preferred: str) -> str:
     """The mode a call runs: ``states`` itself unless "auto", which takes ``preferred`` ("all" or "half") where its
     states fit ``budget`` bytes (``sequence_state_bytes``: one state of every sequence the call walks), else

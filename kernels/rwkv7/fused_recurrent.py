@@ -87,7 +87,7 @@ import triton
 import triton.language as tl
 
 from zoo.kernels.partial_sums import sum_blocks
-from zoo.kernels.stored_states import EVERY, check_states, n_states, states_mode
+from zoo.kernels.stored_states import check_states, constexprs, n_states, states_mode
 
 # Largest (B H, n, K, V) float32 state tensor a call keeps in "auto" (PREFERRED's n); above it the chunked mode
 # keeps 1/CHUNK of every state. At K = V = 64 the budget holds B H n <= 2^18 states: every state up to B=256, H=2,
@@ -351,11 +351,6 @@ def _states_mode(Bsz: int, L: int, H: int, K: int, V: int, states: str) -> str:
     return states_mode(states, L, Bsz * H * K * V * 4, STATE_BUDGET_BYTES, CHUNK, PREFERRED)
 
 
-def _constexprs(mode: str, chunk: int) -> dict:
-    """The stored states' compile-time arguments, which the forward and backward kernels share."""
-    return dict(CHUNK=chunk, STORE_ALL=mode != "chunked", EVERY=EVERY.get(mode, 1))  # EVERY unread when chunked
-
-
 class RWKV7Function(torch.autograd.Function):
     @staticmethod
     def forward(ctx, r, w, k, v, a, b, launch):
@@ -369,7 +364,7 @@ class RWKV7Function(torch.autograd.Function):
         _rwkv7_fwd_kernel[(triton.cdiv(V, BV), Bsz * H)](
             r, w, k, v, a, b, o, states, L, H, K, V,
             *r.stride(), *w.stride(), *k.stride(), *v.stride(), *a.stride(), *b.stride(),
-            BK=BK, BV=BV, **_constexprs(mode, CHUNK), num_warps=launch.num_warps, num_stages=launch.num_stages)
+            BK=BK, BV=BV, **constexprs(mode, CHUNK), num_warps=launch.num_warps, num_stages=launch.num_stages)
         ctx.save_for_backward(r, w, k, v, a, b, states)
         ctx.states = mode
         ctx.chunk = CHUNK  # the states' spacing: CHUNK may change (tests) between forward and backward
@@ -390,12 +385,12 @@ class RWKV7Function(torch.autograd.Function):
 
         dr, dw, dk, da, db = (partial() for _ in range(5))
         dv = torch.empty(v.shape, device=v.device, dtype=v.dtype)
-        scratch = None if ctx.states != "chunked" else torch.empty(Bsz * H * nv, ctx.chunk, BK, BV, device=r.device,
-                                                         dtype=torch.float32)
+        scratch = (torch.empty(Bsz * H * nv, ctx.chunk, BK, BV, device=r.device, dtype=torch.float32)
+                   if ctx.states == "chunked" else None)
         _rwkv7_bwd_kernel[(nv, Bsz * H)](
             r, w, k, v, a, b, states, do, scratch, dr, dw, dk, dv, da, db, L, H, K, V, Bsz,
             *r.stride(), *w.stride(), *k.stride(), *v.stride(), *a.stride(), *b.stride(), *do.stride(),
-            BK=BK, BV=BV, **_constexprs(ctx.states, ctx.chunk), num_warps=launch.num_warps,
+            BK=BK, BV=BV, **constexprs(ctx.states, ctx.chunk), num_warps=launch.num_warps,
             num_stages=launch.num_stages)
         # the partials over value blocks summed, each into its input's dtype
         return (sum_blocks(dr, r.dtype), sum_blocks(dw, w.dtype), sum_blocks(dk, k.dtype), dv, sum_blocks(da, a.dtype),

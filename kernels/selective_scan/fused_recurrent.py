@@ -119,7 +119,7 @@ import triton.language as tl
 
 from zoo.kernels.partial_sums import sum_blocks, sum_first
 from zoo.kernels.stable import sigmoid, sigmoid_of
-from zoo.kernels.stored_states import EVERY, check_states, n_states, states_mode
+from zoo.kernels.stored_states import check_states, constexprs, n_states, states_mode
 
 # Largest float32 state tensor a call keeps for the backward in "auto": half's (Bt, L // 2 + 1, N, E) or so; above
 # it the chunked mode keeps 1/CHUNK of every state. The docstring's shapes keep 0.5 and 2.2 GB a layer. The budget is
@@ -207,12 +207,19 @@ def _dt(dt_in, bias, HAS_BIAS: tl.constexpr, SOFTPLUS: tl.constexpr):
 
 
 @triton.jit
+def _advance(h, dt_in, ut, Bt, A, bias, HAS_BIAS: tl.constexpr, SOFTPLUS: tl.constexpr):
+    """The state after a step from h, the state before it, and the step's u, dt (before bias and softplus) and B
+    rows: one step of the recurrence."""
+    dtt, _ = _dt(dt_in, bias, HAS_BIAS, SOFTPLUS)
+    return tl.exp2(dtt[None, :] * A) * h + (dtt * ut)[None, :] * Bt[:, None]
+
+
+@triton.jit
 def _fwd_step(h, rows, t, A, bias, Dskip, y_ptr, b, e, emask, L, E, HAS_D: tl.constexpr, HAS_Z: tl.constexpr,
               HAS_BIAS: tl.constexpr, SOFTPLUS: tl.constexpr):
     """Step t of the forward walk: the state after it from h, the state before it, and its output row, stored."""
     ut, dt_in, Bt, Ct, zt = rows
-    dtt, _ = _dt(dt_in, bias, HAS_BIAS, SOFTPLUS)
-    h = tl.exp2(dtt[None, :] * A) * h + (dtt * ut)[None, :] * Bt[:, None]
+    h = _advance(h, dt_in, ut, Bt, A, bias, HAS_BIAS, SOFTPLUS)
     y = tl.sum(h * Ct[:, None], axis=0)
     if HAS_D:
         y += Dskip * ut
@@ -339,8 +346,7 @@ def _scan_bwd_kernel(u_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr,
                 walk = _step_rows(u_ptr, dt_ptr, B_ptr, C_ptr, z_ptr, b, tl.minimum(t + 1, L - 1), e, n, emask,
                                   su_b, su_t, su_e, sdt_b, sdt_t, sdt_e, sz_b, sz_t, sz_e, sB_b, sB_t, sB_n,
                                   sC_b, sC_t, sC_n, False, False)
-                dtt, _ = _dt(dtt, bias, HAS_BIAS, SOFTPLUS)
-                h = tl.exp2(dtt[None, :] * A) * h + (dtt * ut)[None, :] * Bt[:, None]
+                h = _advance(h, dtt, ut, Bt, A, bias, HAS_BIAS, SOFTPLUS)
             # the reverse walk reads scratch slots other threads of this program may have written
             tl.debug_barrier()
             h_prev_next = tl.load(scratch + (end - 1 - start) * BLOCK_E * N)
@@ -357,8 +363,7 @@ def _scan_bwd_kernel(u_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr,
             if STORE_ALL and EVERY == 2:
                 if t % 2 == 1:  # h_{t-1} is not stored: one step of the forward from h_{t-2}
                     u1, dt1, B1, _, _ = rows
-                    dt1, _ = _dt(dt1, bias, HAS_BIAS, SOFTPLUS)
-                    h_prev = tl.exp2(dt1[None, :] * A) * h_prev + (dt1 * u1)[None, :] * B1[:, None]
+                    h_prev = _advance(h_prev, dt1, u1, B1, A, bias, HAS_BIAS, SOFTPLUS)
             tp = tl.maximum(t - 1, 0)
             rows_before = _step_rows(u_ptr, dt_ptr, B_ptr, C_ptr, z_ptr, b, tl.maximum(t - 2, 0), e, n, emask,
                                      su_b, su_t, su_e, sdt_b, sdt_t, sdt_e, sz_b, sz_t, sz_e, sB_b, sB_t, sB_n,
@@ -449,8 +454,7 @@ def _f32(x: torch.Tensor | None) -> torch.Tensor | None:
 
 def _constexprs(mode: str, N: int, block: int, D, z, delta_bias, softplus: bool) -> dict:
     """The compile-time arguments the forward and backward kernels share, for a call in ``mode``."""
-    return dict(N=N, BLOCK_E=block, CHUNK=CHUNK, STORE_ALL=mode != "chunked",
-                EVERY=EVERY.get(mode, 1),  # not read in the chunked mode
+    return dict(N=N, BLOCK_E=block, **constexprs(mode, CHUNK),
                 HAS_D=D is not None, HAS_Z=z is not None, HAS_BIAS=delta_bias is not None, SOFTPLUS=softplus)
 
 
