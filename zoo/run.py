@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
+import importlib
 import logging
 import sys
 import time
@@ -49,6 +50,18 @@ def _quiet_lightning() -> None:
         logging.getLogger(name).setLevel(logging.WARNING)
     warnings.filterwarnings("ignore", message=r"Experiment logs directory .* exists and is not empty")  # config.yaml
     warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)")
+
+
+def prepare_process() -> None:
+    """Do ahead what a process's first group would start with: import Lightning and zoo's training modules, and
+    start CUDA and cuBLAS (one small matmul). A sweep's workers call it while the sweep process checks the runs
+    (``zoo.worker``)."""
+    _quiet_lightning()
+    for module in ("lightning.pytorch", "zoo.data", "zoo.lit"):
+        importlib.import_module(module)
+    if torch.cuda.is_available():
+        x = torch.ones(16, 16, device="cuda", dtype=torch.bfloat16)
+        (x @ x).sum().item()
 
 
 def train_group(cfgs: list[DictConfig], run_dirs: list[Path], device: torch.device | None = None,

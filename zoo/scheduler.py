@@ -45,8 +45,10 @@ def run_sweep(sweep, backend: str = "local", address: str | None = None, runs_pe
     out = sweep.out
     out.mkdir(parents=True, exist_ok=True)
     summary = Summary()
-    train = get_backend(backend).train
-    with SweepLock(out):
+    chosen = get_backend(backend)
+    options = Options(runs_per_gpu, cpu_workers, address)
+    with SweepLock(out), chosen.start(out, options) as started:
+        # a lazily loaded sweep checks its runs here (ConfigError), while the workers start
         todo, _ = pending(out, sweep.runs)
         summary.counts["skipped (already finished)"] = len(sweep.runs) - len(todo)
         if not todo:
@@ -65,7 +67,7 @@ def run_sweep(sweep, backend: str = "local", address: str | None = None, runs_pe
                 bar.zoo_state = state
                 bar.set_postfix(state)
 
-        train(group_runs(todo), out, Options(runs_per_gpu, cpu_workers, address), finish, running)
+        chosen.train(group_runs(todo), out, options, finish, running, started)
         bar.close()
     return summary
 

@@ -393,6 +393,18 @@ def dry_run(sweep: Sweep) -> None:
     print(f"{sweep.count} runs ({', '.join(f'{n} {a}' for a, n in sorted(tally.items()))}) -> {sweep.out}")
 
 
+def _remove_unused(out: Path) -> None:
+    """Remove what a refused sweep left in the output folder it created: the lock and the logs of the workers
+    that started while its runs were checked (and the folders, once empty)."""
+    for log in sorted((out / "workers").glob("*.log")):
+        log.unlink()
+    for path in (out / "workers", out / "sweep.lock", out):
+        try:
+            path.unlink() if path.is_file() else path.rmdir()
+        except OSError:  # not there, or something else is inside: keep it
+            pass
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m zoo.sweep", description="Run a sweep of training runs.")
     parser.add_argument("sweep", nargs="?", help="sweep YAML, e.g. sweeps/mqar.yaml")
@@ -419,7 +431,8 @@ def main(argv: list[str] | None = None) -> int:
         for flag, value in (("--runs-per-gpu", args.runs_per_gpu), ("--cpu-workers", args.cpu_workers)):
             if value is not None and value < 1:
                 raise ConfigError(flag, value, "an integer >= 1")
-        sweep = load_sweep(args.sweep, args.overrides, args.out, lazy=args.dry_run or args.count, only=args.only)
+        # lazily: a training sweep checks its runs in run_sweep, while its workers start
+        sweep = load_sweep(args.sweep, args.overrides, args.out, lazy=True, only=args.only)
         if args.count:
             print(sweep.count)
             return 0
@@ -429,6 +442,7 @@ def main(argv: list[str] | None = None) -> int:
             except BrokenPipeError:  # `--dry-run | head`: the reader has seen enough
                 sys.stdout = open(os.devnull, "w")
             return 0
+        created = not sweep.out.exists()
         check_writable(sweep.out)
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
@@ -440,6 +454,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         summary = run_sweep(sweep, backend=args.backend, address=args.address,
                             runs_per_gpu=args.runs_per_gpu or sweep.runs_per_gpu, cpu_workers=args.cpu_workers)
+    except ConfigError as err:  # a run failed its check: nothing trained
+        if created:
+            _remove_unused(sweep.out)
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     except SweepLocked as err:
         print(f"error: {err}", file=sys.stderr)
         return 3

@@ -7,9 +7,10 @@ one) and writes to file descriptor ``<reply fd>``, one JSON value per line: ``{"
 as soon as member i of the group stops while others train on (so its result is kept even if the group is cut
 short later), then the group's result records as one list.
 It writes no result file: the sweep process does (``zoo.results.write_result``). Python, CUDA and Triton
-start once per worker, not per run. ``train_group`` hands each group's GPU memory back to the driver before it
-returns: workers share a GPU, and memory one group cached but no longer uses must not run the next group of
-another worker out of memory.
+start once per worker, not per run; Lightning's import and CUDA's start happen before the first group arrives
+(``zoo.run.prepare_process``), while the sweep process checks its runs. ``train_group`` hands each group's GPU
+memory back to the driver before it returns: workers share a GPU, and memory one group cached but no longer uses
+must not run the next group of another worker out of memory.
 """
 from __future__ import annotations
 
@@ -23,10 +24,11 @@ from omegaconf import OmegaConf
 
 
 def main(reply_fd: int) -> int:
-    from zoo.config import make_run_config
-    from zoo.run import train_group
-
     faulthandler.enable()  # a crash in native code (SIGSEGV, SIGABRT) leaves every thread's Python stack in the log
+    from zoo.config import make_run_config
+    from zoo.run import prepare_process, train_group
+
+    prepare_process()  # before the first group: the sweep process is still checking its runs
 
     with os.fdopen(reply_fd, "w", buffering=1) as reply:
         for line in sys.stdin:

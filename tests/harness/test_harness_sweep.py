@@ -109,6 +109,9 @@ def test_workers_take_the_gpus_the_sweep_was_given(monkeypatch, tmp_path, visibl
             if len(given) == len(slots):
                 raise Started
 
+        def stop(self):  # the pool stops the ones it started when one fails to start
+            pass
+
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     if visible is None:
         monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
@@ -116,7 +119,7 @@ def test_workers_take_the_gpus_the_sweep_was_given(monkeypatch, tmp_path, visibl
         monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
     monkeypatch.setattr(local, "Worker", Recorder)
     with pytest.raises(Started):
-        local.train([["a group"]], tmp_path, Options(runs_per_gpu=2), finish=None, running=None)
+        local.start(tmp_path, Options(runs_per_gpu=2))
     assert given == slots
 
 
@@ -247,3 +250,33 @@ def test_result_json_written_but_not_logged_is_repaired(write_sweep, tmp_path):
     summary = run_sweep(load_sweep(path))
     assert summary.counts["skipped (already finished)"] == 1
     assert len(read_jsonl(out / "results.jsonl")) == 1
+
+
+def test_workers_start_while_the_runs_are_checked_and_a_refused_sweep_leaves_nothing(write_sweep, tmp_path,
+                                                                                    monkeypatch, capsys):
+    """The workers start before the sweep expands and checks its runs, so their imports overlap the check; a run
+    the check refuses (here 16 channels do not split into 3 heads, which no single value shows) stops them, exits
+    2 and leaves no output folder behind."""
+    import zoo.sweep
+    from zoo.backends import local
+
+    events, pools = [], []
+
+    def start(out, options):
+        events.append("workers")
+        pools.append(real_start(out, options))
+        return pools[-1]
+
+    def check_run(config):
+        events.append("check")
+        return real_check(config)
+
+    real_start, real_check = local.start, zoo.sweep.check_run
+    monkeypatch.setattr(local, "start", start)
+    monkeypatch.setattr(zoo.sweep, "check_run", check_run)
+    path = write_sweep(grid={"model.mixer": ["softmax"]}, mixer_kwargs={"softmax": {"num_heads": 3}})
+    assert sweep_main([str(path)]) == 2
+    assert events == ["workers", "check"]
+    assert "in run model.mixer=softmax" in capsys.readouterr().err
+    assert [w.proc.poll() is not None for w in pools[0].workers] == [True]
+    assert not (tmp_path / "out").exists()

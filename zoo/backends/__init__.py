@@ -1,11 +1,14 @@
 """Where a sweep's runs train, chosen by name: ``local`` (worker processes on this machine's GPUs or CPU,
 ``zoo.backends.local``) or ``ray`` (Ray tasks on a cluster, ``zoo.backends.ray``; Ray is imported only there).
 
-A backend is a module with one function::
+A backend is a module with two functions::
 
-    train(groups, out, options, finish, running) -> None
+    start(out, options) -> context manager     what can start before the runs are checked (local: the workers)
+    train(groups, out, options, finish, running, started) -> None
 
-``groups`` are lists of runs (``zoo.results.Run``: ``id``, ``cfg``, ``label``) that differ only in lr, in the
+``start`` is entered once the sweep folder is locked and before the sweep's runs are expanded and checked, so
+what it starts overlaps that check; ``started`` is what it yielded. It stops what it started on exit, also when
+the check raises ConfigError. ``groups`` are lists of runs (``zoo.results.Run``: ``id``, ``cfg``, ``label``) that differ only in lr, in the
 order to start them (``zoo.scheduler.group_runs``). The backend prepares each run's folder
 (``zoo.results.prepare_run_dir``) before it starts, and calls ``finish(run, record)`` exactly once per run
 with its result record, trained or made by :func:`crash_record`; it writes no result itself (``finish``

@@ -1,7 +1,8 @@
 """The local backend: persistent worker processes (``python -m zoo.worker``) on every GPU of this machine,
 several per GPU, or on the CPU, each taking the next group of runs from the queue.
 
-Python, CUDA and Triton start once per worker, not once per run. Workers die with the sweep process
+Python, CUDA and Triton start once per worker, not once per run, and the workers start (``start``) before the
+sweep's runs are checked, so their imports overlap that check instead of following it. Workers die with the sweep process
 (PR_SET_PDEATHSIG), so a killed sweep leaves no orphan writing into its folder; a worker that crashes or
 passes its group's time limit is replaced, its group is recorded as failed or timed out, and the others go on.
 """
@@ -102,6 +103,8 @@ class Worker:
         return None if any(x is None for x in limits) or not limits else max(limits) + HANG_GRACE_S
 
     def stop(self) -> None:
+        if self.log_file.closed:  # stopped already
+            return
         self.proc.kill()
         self.proc.wait()
         try:
@@ -130,19 +133,50 @@ def _died(worker: Worker, returncode: int) -> str:
     return f"worker exited with code {returncode}\n{log[-6000:]}"
 
 
-def train(groups: list[list], out: Path, options: Options, finish, running) -> None:
-    """Train ``groups`` in worker processes (see ``zoo.backends``)."""
-    import torch
+class Pool:
+    """The sweep's workers: ``per GPU x GPUs`` of them (``options.runs_per_gpu``, else
+    :func:`default_workers_per_gpu`), or ``options.cpu_workers`` on a machine without GPU, each started at once.
+    ``train`` replaces the ones that die in ``workers``; leaving the ``with`` block stops every one."""
 
-    n_gpus = torch.cuda.device_count()
-    if n_gpus:
-        per_gpu = options.runs_per_gpu or default_workers_per_gpu()
-        slots = [gpu for _ in range(per_gpu) for gpu in gpu_slots(n_gpus)]
-    else:
-        slots = [""] * max(1, options.cpu_workers)
-    threads = max(1, (os.cpu_count() or 1) // len(slots))
+    def __init__(self, out: Path, options: Options):
+        import torch
+
+        n_gpus = torch.cuda.device_count()
+        if n_gpus:
+            per_gpu = options.runs_per_gpu or default_workers_per_gpu()
+            self.slots = [gpu for _ in range(per_gpu) for gpu in gpu_slots(n_gpus)]
+        else:
+            self.slots = [""] * max(1, options.cpu_workers)
+        self.threads = max(1, (os.cpu_count() or 1) // len(self.slots))
+        self.workers: list[Worker] = []
+        try:
+            for i, slot in enumerate(self.slots):
+                self.workers.append(Worker(slot, self.threads, out / "workers" / f"{i}.log"))
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        for w in self.workers:
+            w.stop()
+
+    def __enter__(self) -> "Pool":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def start(out: Path, options: Options) -> Pool:
+    """Start the workers now, so their imports (PyTorch, Lightning) and CUDA start overlap the sweep process's
+    check of its runs; they wait for their first group."""
+    return Pool(out, options)
+
+
+def train(groups: list[list], out: Path, options: Options, finish, running, started: Pool) -> None:
+    """Train ``groups`` on the workers of ``started`` (see ``zoo.backends``)."""
+    slots, threads, workers = started.slots, started.threads, started.workers
     queue = list(groups)
-    workers: list[Worker] = []
     idle_deaths = 0
     oom_retries: dict[tuple, int] = {}  # the run ids of a group -> times requeued
 
@@ -168,7 +202,6 @@ def train(groups: list[list], out: Path, options: Options, finish, running) -> N
         worker.group = None
 
     try:
-        workers = [Worker(slot, threads, out / "workers" / f"{i}.log") for i, slot in enumerate(slots)]
         while queue or any(w.group for w in workers):
             for i, w in enumerate(workers):
                 if w.proc.poll() is not None:
@@ -206,5 +239,4 @@ def train(groups: list[list], out: Path, options: Options, finish, running) -> N
                     else:
                         settle(w, reply)
     finally:  # on Ctrl-C or any error: stop the workers; their runs stay unfinished
-        for w in workers:
-            w.stop()
+        started.close()

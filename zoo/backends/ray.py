@@ -4,6 +4,7 @@ sweep folder. Every node needs zoo installed; Ray is imported only when this bac
 """
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 from zoo.backends import MAX_RUNS_PER_GPU, Options, crash_record
@@ -25,7 +26,12 @@ def _train_one(cfg_yaml: str) -> tuple[dict, str]:
         return record, metrics.read_text() if metrics.exists() else ""
 
 
-def train(groups: list[list], out: Path, options: Options, finish, running) -> None:
+def start(out: Path, options: Options) -> contextlib.AbstractContextManager:
+    """Nothing to start ahead: Ray starts (or joins its cluster) in ``train``, only when some run is left to do."""
+    return contextlib.nullcontext()
+
+
+def train(groups: list[list], out: Path, options: Options, finish, running, started=None) -> None:
     """Train every run of ``groups`` as its own Ray task (see ``zoo.backends``)."""
     from omegaconf import OmegaConf
 
