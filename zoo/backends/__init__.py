@@ -8,8 +8,8 @@ A backend is a module with two functions::
 
 ``start`` is entered once the sweep folder is locked and before the sweep's runs are expanded and checked, so
 what it starts overlaps that check; ``started`` is what it yielded. It stops what it started on exit, also when
-the check raises ConfigError. ``groups`` are lists of runs (``zoo.results.Run``: ``id``, ``cfg``, ``label``) that differ only in lr, in the
-order to start them (``zoo.scheduler.group_runs``). The backend prepares each run's folder
+the check raises ConfigError. ``groups`` are lists of runs (``zoo.results.Run``: ``id``, ``cfg``, ``label``) that
+differ only in lr, in the order to start them (``zoo.scheduler.group_runs``). The backend prepares each run's folder
 (``zoo.results.prepare_run_dir``) before it starts, and calls ``finish(run, record)`` exactly once per run
 with its result record, trained or made by :func:`crash_record`; it writes no result itself (``finish``
 does, through ``zoo.results.write_result``). ``running(n)`` reports how many runs are training now.

@@ -2,8 +2,8 @@
 several per GPU, or on the CPU, each taking the next group of runs from the queue.
 
 Python, CUDA and Triton start once per worker, not once per run, and the workers start (``start``) before the
-sweep's runs are checked, so their imports overlap that check instead of following it. Workers die with the sweep process
-(PR_SET_PDEATHSIG), so a killed sweep leaves no orphan writing into its folder; a worker that crashes or
+sweep's runs are checked, so their imports overlap that check instead of following it. Workers die with the sweep
+process (PR_SET_PDEATHSIG), so a killed sweep leaves no orphan writing into its folder; a worker that crashes or
 passes its group's time limit is replaced, its group is recorded as failed or timed out, and the others go on.
 """
 from __future__ import annotations
