@@ -14,6 +14,9 @@ Both walk a sequence of L steps, and the backward's reverse walk needs each step
 """
 from __future__ import annotations
 
+import triton
+import triton.language as tl
+
 STATES = ("auto", "all", "half", "chunked")
 # steps between stored states in the modes that walk the sequence in one span
 EVERY = {"all": 1, "half": 2}
@@ -29,6 +32,12 @@ def n_states(L: int, mode: str, chunk: int) -> int:
     """How many states of one sequence ``mode`` keeps: the entering state, every EVERY-th one after it and the last;
     or, chunked, the state entering each chunk of ``chunk`` steps."""
     return -(-L // EVERY[mode]) + 1 if mode in EVERY else -(-L // chunk)  # ceiling divisions, in integers
+
+
+@triton.jit
+def kernel_n_states(L, CHUNK: tl.constexpr, STORE_ALL: tl.constexpr, EVERY: tl.constexpr):
+    """``n_states`` inside a kernel, from the mode's compile-time arguments (``constexprs``)."""
+    return tl.cdiv(L, EVERY) + 1 if STORE_ALL else tl.cdiv(L, CHUNK)
 
 
 def constexprs(mode: str, chunk: int) -> dict:

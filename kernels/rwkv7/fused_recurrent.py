@@ -87,7 +87,7 @@ import triton
 import triton.language as tl
 
 from zoo.kernels.partial_sums import sum_blocks
-from zoo.kernels.stored_states import check_states, constexprs, n_states, states_mode
+from zoo.kernels.stored_states import check_states, constexprs, kernel_n_states, n_states, states_mode
 
 # Largest (B H, n, K, V) float32 state tensor a call keeps in "auto" (PREFERRED's n); above it the chunked mode
 # keeps 1/CHUNK of every state. At K = V = 64 the budget holds B H n <= 2^18 states: every state up to B=256, H=2,
@@ -117,7 +117,7 @@ def _stored_states(state_ptr, i_bh, kk, vv, L, K, V, CHUNK: tl.constexpr, STORE_
     All and half walk the sequence as one span and store S_s, the state after s steps, for s = 0 (the span's entry
     store) to L, every EVERY-th s (at s // EVERY) and S_L (at cdiv(L, EVERY)); chunked stores the state entering
     chunk s."""
-    n_states = tl.cdiv(L, EVERY) + 1 if STORE_ALL else tl.cdiv(L, CHUNK)
+    n_states = kernel_n_states(L, CHUNK, STORE_ALL, EVERY)
     return state_ptr + (i_bh * n_states * K + kk[:, None]) * V + vv[None, :]
 
 

@@ -119,7 +119,7 @@ import triton.language as tl
 
 from zoo.kernels.partial_sums import sum_blocks, sum_first
 from zoo.kernels.stable import sigmoid, sigmoid_of
-from zoo.kernels.stored_states import check_states, constexprs, n_states, states_mode
+from zoo.kernels.stored_states import check_states, constexprs, kernel_n_states, n_states, states_mode
 
 # Largest float32 state tensor a call keeps for the backward in "auto": half's (Bt, L // 2 + 1, N, E) or so; above
 # it the chunked mode keeps 1/CHUNK of every state. The docstring's shapes keep 0.5 and 2.2 GB a layer. The budget is
@@ -189,7 +189,7 @@ def _stored_states(state_ptr, b, e, n, L, E, N: tl.constexpr, CHUNK: tl.constexp
     """(N, BLOCK_E) pointers to this program's stored state 0 (+ k * E * N: state k). All and half walk the
     sequence as one span and store h_k, the state after k steps, for k = 0 (the span's entry store) to L, every
     EVERY-th k (at k // EVERY) and h_L (at cdiv(L, EVERY)); chunked stores the state entering chunk k."""
-    n_states = tl.cdiv(L, EVERY) + 1 if STORE_ALL else tl.cdiv(L, CHUNK)
+    n_states = kernel_n_states(L, CHUNK, STORE_ALL, EVERY)
     return state_ptr + (b * n_states * N + n[:, None]) * E + e[None, :]
 
 
