@@ -11,7 +11,8 @@ recurrence, the chunked PyTorch form, fla's kernels where they work, and our Tri
 chunked form, in bf16; Mamba's selective scan for every launch choice (channels per program, warps, pipelining
 stages) next to mamba-ssm's ``selective_scan_fn`` where it imports; Mamba-2's SSD in our Triton kernels for a few
 launch choices next to the chunked form (compiled and eager) and mamba-ssm's ``mamba_chunk_scan_combined`` where it
-imports; the depthwise causal short conv against
+imports; RWKV-4's WKV for every launch choice next to fla's ``fused_recurrent_rwkv4``; the depthwise causal short
+conv against
 PyTorch's grouped conv1d, Hyena's gated long conv fused around its FFTs against the unfused composition, and the
 training loss (cross-entropy over the vocabulary at the labelled rows) against PyTorch's and fla's fused one, the
 residual stream's LayerNorm and the residual add fused into it against PyTorch's, causal softmax attention past the
@@ -20,8 +21,9 @@ bias gradient a Triton column sum) against ``F.linear``, and the column sums' la
 per-program partial sums) against PyTorch's ``sum``, timed from a CUDA graph of many calls as in a training step.
 
     python -m zoo.kernels.bench --shapes 1,16,65536,64,512 256,2,512,64,256 --dtype bf16 --recurrences 128,128,2,64 \
-        --rwkv7 256,256,2,64 128,512,2,64 --selective-scan 256,256,256,16 --ssd 256,256,4,64,128 --short-conv 256,256,384,3 \
-        --gated-long-conv 256,256,128 128,512,64 --cross-entropy 4096,8192 --layer-norm 65536,128 --linear 65536,128,384 \
+        --rwkv7 256,256,2,64 128,512,2,64 --selective-scan 256,256,256,16 --ssd 256,256,4,64,128 --wkv4 256,256,128 \
+        128,512,512 --short-conv 256,256,384,3 --gated-long-conv 256,256,128 128,512,64 --cross-entropy 4096,8192 \
+        --layer-norm 65536,128 --linear 65536,128,384 \
         --softmax-attention 128,512,1,512 --sum-rows 1,176,384 2,528,128 1,1024,1536
 """
 from __future__ import annotations
@@ -47,6 +49,7 @@ from zoo.kernels.stored_states import STATES as STORED_STATES
 from zoo.kernels.selective_scan import selective_scan as selective_scan_entry
 from zoo.kernels.selective_scan.fused_recurrent import Launch, selective_scan
 from zoo.kernels.short_conv import short_conv
+from zoo.kernels.wkv4.fused_recurrent import Launch as Wkv4Launch, wkv4 as wkv4_fused
 from zoo.kernels.ssd import ssd
 from zoo.kernels.ssd.fused import LAUNCH as SSD_LAUNCH, ssd_fused
 
@@ -317,6 +320,40 @@ def ssd_rows(Bt, L, H, P, N):
     return rows
 
 
+# the default (channels per program by the launch's size, one warp), then 32, 64 and 128 channels at 1, 2 and 4 warps
+# (64 channels and 4 warps: the launch before the rule)
+WKV4_LAUNCHES = [Wkv4Launch(block_c, warps) for block_c in (32, 64, 128) for warps in (1, 2, 4)]
+
+
+def wkv4_rows(B, L, C):
+    """{name: (fwd ms, fwd+bwd ms)} of RWKV-4's WKV as the mixer calls it (bf16 k, v and receptance r, float32
+    decay w and bonus u; the gate sigmoid(r) y in bf16): ours per launch choice, the default first; then without
+    the gate beside fla's ``fused_recurrent_rwkv4`` (no gate; w as its log, which it exponentiates itself) where
+    fla imports."""
+    dev = "cuda"
+    torch.manual_seed(0)
+    k, v, r = (torch.randn(B, L, C, device=dev).to(torch.bfloat16).requires_grad_() for _ in range(3))
+    log_w = torch.linspace(-5, 3, C, device=dev)  # RWKV's time_decay schedule, w = exp(time_decay)
+    w, u = log_w.exp().requires_grad_(), torch.randn(C, device=dev).requires_grad_()
+    leaves = (w, u, k, v, r)
+    grad = torch.randn(B, L, C, device=dev).to(torch.bfloat16)
+    rows = {}
+    for launch in dict.fromkeys([Wkv4Launch(), *WKV4_LAUNCHES]):
+        channels = "auto" if launch.block_c is None else f"{launch.block_c:>3d}"
+        rows[f"ours {channels} channels, {launch.num_warps} warps"] = timed_pair(
+            lambda: wkv4_fused(w, u, k, v, r, torch.bfloat16, launch), grad, leaves)
+    rows["ours, no gate"] = timed_pair(lambda: wkv4_fused(w, u, k, v), grad.float(), leaves[:4])
+    fla = optional_import("fla.ops.rwkv4", "the WKV bench's fla row")
+    if fla is None:
+        rows["fla fused_recurrent_rwkv4, no gate"] = "not run: fla does not import"
+    else:
+        fla_w = log_w.clone().requires_grad_()
+        state = torch.zeros(B, 3, 1, C, device=dev)
+        rows["fla fused_recurrent_rwkv4, no gate"] = timed_pair(
+            lambda: fla.fused_recurrent_rwkv4(fla_w, u, k, v, state)[0], grad, (fla_w, u, k, v))
+    return rows
+
+
 def short_conv_rows(B, T, C, K):
     """{"backend, activation": (fwd ms, fwd+bwd ms)} of the depthwise causal conv (bf16 input, float32 weights), plain
     (Hyena, BASED) and with the silu Mamba, Mamba-2 and DeltaNet fuse into it: ours and PyTorch's grouped conv1d
@@ -498,6 +535,8 @@ def main(argv: list[str] | None = None):
                         help="Mamba selective scan shapes B,L,E,N (E = expand x d_model), every launch choice")
     parser.add_argument("--ssd", nargs="*", type=shape_of("B,L,H,P,N"), default=[(256, 256, 4, 64, 128)],
                         help="Mamba-2 SSD shapes B,L,H,P,N (heads, head dim, state size)")
+    parser.add_argument("--wkv4", nargs="*", type=shape_of("B,L,C"), default=[(256, 256, 128), (128, 512, 512)],
+                        help="RWKV-4 WKV shapes B,L,C (C = d_model), every launch choice")
     parser.add_argument("--short-conv", nargs="*", type=shape_of("B,T,C,K"), default=[(256, 256, 384, 3)],
                         help="depthwise causal conv shapes B,T,C,K")
     parser.add_argument("--gated-long-conv", nargs="*", type=shape_of("B,L,D"),
@@ -552,6 +591,9 @@ def main(argv: list[str] | None = None):
     for Bt, L, H, P, N in filter(None, args.ssd):
         print(f"\nMamba-2 SSD, B={Bt} L={L} H={H} P={P} N={N}, bf16 autocast, D")
         print_pairs(ssd_rows(Bt, L, H, P, N))
+    for B, L, C in filter(None, args.wkv4):
+        print(f"\nRWKV-4 WKV, B={B} L={L} C={C}, bf16 k, v, r, float32 w, u")
+        print_pairs(wkv4_rows(B, L, C))
     for B, T, C, K in filter(None, args.short_conv):
         print(f"\ndepthwise causal conv, B={B} T={T} C={C} K={K}, bf16 input, timed in a CUDA graph")
         print_pairs(short_conv_rows(B, T, C, K))

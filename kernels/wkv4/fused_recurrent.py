@@ -18,6 +18,8 @@ over (B, L, C) tensors each way, an eighth of RWKV's GPU time at MQAR N=512, d=5
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 import triton
 import triton.language as tl
@@ -130,15 +132,42 @@ def _wkv4_bwd_kernel(w_ptr, u_ptr, k_ptr, v_ptr, r_ptr, y_ptr, logd_ptr, gy_ptr,
     tl.store(gu_ptr + b * C + c, gu, mask=mask)
 
 
-def _grid(B: int, C: int, block: int):
-    return (B, triton.cdiv(C, block))
+class Launch(NamedTuple):
+    """How both WKV kernels are launched: channels per program (a power of two; None: :func:`_block_c` chooses by
+    the launch's size) and warps per program. ``python -m zoo.kernels.bench --wkv4 B,L,C`` times the choices."""
+    block_c: int | None = None
+    num_warps: int = 1
+
+
+# The channels per program when ``Launch.block_c`` is None: the most of 128, 64 and 32 that still leaves this many
+# programs, else 32. Each channel is one sequential walk, so a launch has only B C of them; one warp a program and up
+# to four channels a thread kept the most memory traffic in flight. Measured on an H200 (torch 2.11, Triton 3.6;
+# bf16 k, v, r, the kernels alone, every launch of 32, 64 or 128 channels and 1, 2 or 4 warps), forward / backward
+# us, this rule against the launch before it (64 channels and 4 warps: two threads a channel):
+#     B=512, L=128, C=512: 128 channels  164 / 192  against 328 / 376
+#     B=128, L=512, C=512:  32 channels  338 / 350  against 366 / 393
+#     B=256, L=256, C=128:  32 channels  145 / 150  against 149 / 165
+#     B=128, L=512, C=256:  32 channels  283 / 288  against 291 / 318
+# The best launch at each shape was within 3% of the rule's, forward + backward. Loading rows 2 to 4 steps ahead
+# instead of one was no faster at any launch. RWKV's training step (``zoo.bench.step``, CUDA graphs, one model /
+# a group of 4, ms, both launches alternated in one process): 1.79 / 4.99 -> 1.75 / 4.43 at B=256, N=256, d=128;
+# 4.82 / 17.74 -> 4.15 / 15.32 at B=512, N=128, d=512; 4.93 / 18.43 -> 4.79 / 16.80 at B=128, N=512, d=512.
+MIN_PROGRAMS = 2048
+
+
+def _block_c(B: int, C: int, launch: Launch) -> int:
+    """Channels per program: ``launch.block_c``, or the most of 128, 64 that leaves ``MIN_PROGRAMS``, else 32."""
+    block = launch.block_c
+    if block is None:
+        block = next((b for b in (128, 64) if B * triton.cdiv(C, b) >= MIN_PROGRAMS), 32)
+    return min(triton.next_power_of_2(C), block)
 
 
 class WKV4Function(torch.autograd.Function):
     """WKV forward and backward; k, v, r (and the output gradient) contiguous in any float dtype, w, u float32."""
 
     @staticmethod
-    def forward(ctx, w, u, k, v, r, out_dtype):
+    def forward(ctx, w, u, k, v, r, out_dtype, launch):
         B, L, C = k.shape
         w, u = w.float().contiguous(), u.float().contiguous()
         k, v = k.contiguous(), v.contiguous()
@@ -146,10 +175,11 @@ class WKV4Function(torch.autograd.Function):
         y = torch.empty(B, L, C, dtype=torch.float32, device=k.device)
         logd = torch.empty_like(y)
         out = y if r is None else torch.empty(B, L, C, dtype=out_dtype, device=k.device)
-        block = min(triton.next_power_of_2(C), 64)
-        _wkv4_fwd_kernel[_grid(B, C, block)](w, u, k, v, r, y, logd, out, L, C, BLOCK_C=block, HAS_R=r is not None)
+        block = _block_c(B, C, launch)
+        _wkv4_fwd_kernel[B, triton.cdiv(C, block)](w, u, k, v, r, y, logd, out, L, C, BLOCK_C=block,
+                                                   HAS_R=r is not None, num_warps=launch.num_warps)
         ctx.save_for_backward(w, u, k, v, r, y, logd)
-        ctx.block = block
+        ctx.launch = block, launch.num_warps
         return out
 
     @staticmethod
@@ -160,14 +190,15 @@ class WKV4Function(torch.autograd.Function):
         gr = None if r is None else torch.empty_like(r)
         partial = y.new_empty(2, B, C)  # per-sequence partial sums of gw and gu, both finished by one sum over B
         gw, gu = partial
-        _wkv4_bwd_kernel[_grid(B, C, ctx.block)](w, u, k, v, r, y, logd, gy.contiguous(), gk, gv, gr, gw, gu,
-                                                 L, C, BLOCK_C=ctx.block, HAS_R=r is not None)
-        return *sum_rows(partial), gk, gv, gr, None
+        block, warps = ctx.launch
+        _wkv4_bwd_kernel[B, triton.cdiv(C, block)](w, u, k, v, r, y, logd, gy.contiguous(), gk, gv, gr, gw, gu, L, C,
+                                                   BLOCK_C=block, HAS_R=r is not None, num_warps=warps)
+        return *sum_rows(partial), gk, gv, gr, None, None
 
 
 def wkv4(w: torch.Tensor, u: torch.Tensor, k: torch.Tensor, v: torch.Tensor, r: torch.Tensor | None = None,
-         out_dtype: torch.dtype = torch.float32) -> torch.Tensor:
+         out_dtype: torch.dtype = torch.float32, launch: Launch | None = None) -> torch.Tensor:
     """Triton WKV with ``wkv4_naive``'s signature: w, u: (C,); k, v: (B, L, C) -> float32 y: (B, L, C); the
     gradients of k and v come in their dtypes. With r (B, L, C): ``sigmoid(r) * y`` in ``out_dtype`` (r's
-    gradient in r's dtype)."""
-    return WKV4Function.apply(w, u, k, v, r, out_dtype)
+    gradient in r's dtype). ``launch`` (None: ``Launch()``) changes only the speed."""
+    return WKV4Function.apply(w, u, k, v, r, out_dtype, launch or Launch())

@@ -4,7 +4,7 @@ import torch
 
 from zoo.kernels.backend import last_backend
 from zoo.kernels.wkv4 import wkv4 as wkv4_entry
-from zoo.kernels.wkv4.fused_recurrent import wkv4
+from zoo.kernels.wkv4.fused_recurrent import MIN_PROGRAMS, Launch, _block_c, wkv4
 from zoo.kernels.wkv4.naive import wkv4_naive
 
 
@@ -127,3 +127,30 @@ def test_triton_gate_runs_on_gpu_with_bf16_inputs():
     assert got[0].dtype == torch.bfloat16 and got[-1].dtype == torch.bfloat16
     for g, ref_g in zip(got, want):
         torch.testing.assert_close(g.float(), ref_g, rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.parametrize("B, C, block", [(MIN_PROGRAMS // 4, 512, 128), (MIN_PROGRAMS // 8, 512, 64),
+                                         (MIN_PROGRAMS // 16, 512, 32), (MIN_PROGRAMS // 64, 512, 32),
+                                         (MIN_PROGRAMS, 16, 16)])
+def test_channels_per_program_leave_enough_programs(B, C, block):
+    """The most channels a program (of 128, 64, 32) that leaves MIN_PROGRAMS programs, else 32; never more than C
+    rounded up to a power of two."""
+    assert _block_c(B, C, Launch()) == block
+    assert _block_c(B, C, Launch(block_c=64)) == min(64, C)  # C a power of two here
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_launch_choices_change_only_the_speed(device):
+    """Every launch computes each channel's walk the same way: the same bits of y and of every gradient (the
+    partial sums of w's and u's gradients are per sequence and channel whatever the launch)."""
+    B, L, C = 2, 9, 70
+    w, u, k, v = inputs(B, L, C, torch.float32, device=device, k_scale=3.0)
+    r = torch.randn(B, L, C, device=device).requires_grad_()
+    gy = torch.randn(B, L, C, device=device)
+    results = []
+    for launch in (Launch(), Launch(32, 1), Launch(128, 1), Launch(64, 4), Launch(32, 2)):
+        y = wkv4(w, u, k, v, r, launch=launch)
+        results.append((launch, [y, *torch.autograd.grad(y, (w, u, k, v, r), gy)]))
+    for launch, got in results[1:]:
+        for g, want in zip(got, results[0][1]):
+            assert torch.equal(g, want), launch
