@@ -12,19 +12,19 @@ chunked form, in bf16; Mamba's selective scan for every launch choice (channels 
 stages) next to mamba-ssm's ``selective_scan_fn`` where it imports; Mamba-2's SSD in our Triton kernels for a few
 launch choices next to the chunked form (compiled and eager) and mamba-ssm's ``mamba_chunk_scan_combined`` where it
 imports; RWKV-4's WKV for every launch choice next to fla's ``fused_recurrent_rwkv4``; the depthwise causal short
-conv against
-PyTorch's grouped conv1d, Hyena's gated long conv fused around its FFTs against the unfused composition, and the
-training loss (cross-entropy over the vocabulary at the labelled rows) against PyTorch's and fla's fused one, the
-residual stream's LayerNorm and the residual add fused into it against PyTorch's, causal softmax attention past the
-fused kernels' head dims (the dense form) against SDPA, a biased projection (its
-bias gradient a Triton column sum) against ``F.linear``, and the column sums' last step (``sum_rows`` of the
-per-program partial sums) against PyTorch's ``sum``, timed from a CUDA graph of many calls as in a training step.
+conv against PyTorch's grouped conv1d, Hyena's gated long conv fused around its FFTs against the unfused
+composition, and the training loss (cross-entropy over the vocabulary at the labelled rows) against PyTorch's and
+fla's fused one, the residual stream's LayerNorm and the residual add fused into it against PyTorch's, causal
+softmax attention past the fused kernels' head dims (the dense form) against SDPA, a biased projection (its bias
+gradient a Triton column sum) against ``F.linear``, the embedding's weight gradient against PyTorch's, and the
+column sums' last step (``sum_rows`` of the per-program partial sums) against PyTorch's ``sum``, these two
+timed from a CUDA graph of many calls as in a training step.
 
     python -m zoo.kernels.bench --shapes 1,16,65536,64,512 256,2,512,64,256 --dtype bf16 --recurrences 128,128,2,64 \
         --rwkv7 256,256,2,64 128,512,2,64 --selective-scan 256,256,256,16 --ssd 256,256,4,64,128 --wkv4 256,256,128 \
         128,512,512 --short-conv 256,256,384,3 --gated-long-conv 256,256,128 128,512,64 --cross-entropy 4096,8192 \
-        --layer-norm 65536,128 --linear 65536,128,384 \
-        --softmax-attention 128,512,1,512 --sum-rows 1,176,384 2,528,128 1,1024,1536
+        --layer-norm 65536,128 --linear 65536,128,384 --softmax-attention 128,512,1,512 --embedding 256,256,128 \
+        128,512,512 --sum-rows 1,176,384 2,528,128 1,1024,1536
 """
 from __future__ import annotations
 
@@ -504,6 +504,23 @@ def sum_rows_rows(G, P, N):
             "torch.sum(-2)": graph_timed_us(lambda: partial.sum(-2))}
 
 
+def embedding_rows(B, N, D):
+    """{name: us per call} of the embedding's weight gradient at MQAR's ids (B sequences of N, vocabulary 8192, the
+    sweep's kv pairs N / 8) into a float32 table [8192, D]: ours (sorted sums) and PyTorch's
+    ``embedding_dense_backward``, from a float32 output gradient as the residual stream gives it."""
+    from zoo.kernels.embedding.sorted_sum import embedding_backward
+    from zoo.tasks import get_task
+
+    vocab = 8192
+    ids = get_task("mqar")(vocab_size=vocab, input_seq_len=N, num_kv_pairs=max(1, N // 8)).generate(
+        B, seed=0, device="cuda")[0]
+    grad = torch.randn(B, N, D, device="cuda")
+    return {"ours (sorted sums)": graph_timed_us(lambda: embedding_backward(grad, ids, vocab, torch.float32),
+                                                 calls=50),
+            "PyTorch embedding_dense_backward": graph_timed_us(
+                lambda: torch.ops.aten.embedding_dense_backward(grad, ids, vocab, -1, False), calls=50)}
+
+
 def shape_of(names: str):
     """An argparse type: "1,2,3" -> (1, 2, 3), one positive int per comma-separated name in ``names``; "" -> None
     (the section is skipped). Anything else is an argparse error (exit 2) that names the expected form."""
@@ -551,6 +568,8 @@ def main(argv: list[str] | None = None):
                         help="causal softmax attention shapes B,N,H,D: SDPA against the dense form")
     parser.add_argument("--linear", nargs="*", type=shape_of("M,K,N"), default=[(65536, 128, 384)],
                         help="biased projection shapes M,K,N (rows, in, out)")
+    parser.add_argument("--embedding", nargs="*", type=shape_of("B,N,D"), default=[(256, 256, 128), (128, 512, 512)],
+                        help="the embedding's weight gradient at MQAR's ids, B,N,D (batch, length, d_model)")
     parser.add_argument("--sum-rows", nargs="*", type=shape_of("G,P,N"),
                         default=[(1, 176, 384), (2, 528, 128), (1, 1024, 1536)],
                         help="partial sums [G, P, N] summed over P (groups, programs' rows, columns)")
@@ -612,6 +631,10 @@ def main(argv: list[str] | None = None):
     for M, K, N in filter(None, args.linear):
         print(f"\nbiased projection [{M}, {K}] -> [{M}, {N}], bf16 autocast")
         print_pairs(linear_rows(M, K, N))
+    for B, N, D in filter(None, args.embedding):
+        print(f"\nembedding weight gradient, MQAR ids B={B} N={N} into [8192, {D}] float32, us per call in a CUDA graph")
+        for name, us in embedding_rows(B, N, D).items():
+            print(f"{name:44s} {us:9.2f}")
     for G, P, N in filter(None, args.sum_rows):
         print(f"\nfloat32 partial sums [{G}, {P}, {N}] summed over {P} rows, us per call in a CUDA graph")
         for name, us in sum_rows_rows(G, P, N).items():

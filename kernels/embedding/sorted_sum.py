@@ -2,8 +2,15 @@
 
 For N ids into a table [V, D]: a stable sort of the ids lists every row's occurrences, in token order, as one
 run of the sorted list. Each run is cut into pieces of at most ``piece`` occurrences; pass 1 gives each piece
-one program, which sums its gradient rows a tile of ``block_t`` at a time; pass 2 gives each vocabulary row one
-program, which sums its pieces' partial sums a tile of ``block_k`` at a time (zero for an unused row).
+one program, which sums its gradient rows a tile of ``block_t`` at a time and writes the sum straight into the
+gradient when the piece is its row's only one (MQAR's rows, about 8 occurrences each), else into a partial; pass 2
+gives each program ``rows`` vocabulary rows and sums the partial sums of every row of several pieces a tile of
+``block_k`` at a time (zero for an unused row).
+
+Measured on an H200 (torch 2.11, Triton 3.6; MQAR's 65536 ids into a float32 table of 8192 rows; each timed in a
+CUDA graph of 50 calls, us), D=512 / D=128: 259.7 / 112.1 for the passes before (one program a vocabulary row,
+pieces of 32 occurrences a tile, 4 warps), 102.3 / 69.3 now (8 occurrences a tile, one warp, 16 rows a pass-2
+program), PyTorch's ``embedding_dense_backward`` 190.3 / 111.2. Of the ten launches tried, the best was within 2%.
 
 Deterministic: the sort is stable, so the pieces, the tiles and every sum's order depend on the ids only; no
 program writes where another does (no atomics). Balanced: no program of pass 1 sums more than ``piece`` rows
@@ -22,14 +29,15 @@ import triton.language as tl
 
 
 @triton.jit
-def _piece_sums_kernel(grad_ptr, order_ptr, bounds_ptr, piece_bounds_ptr, piece_row_ptr, partial_ptr, V, D, piece,
-                       BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr):
+def _piece_sums_kernel(grad_ptr, order_ptr, bounds_ptr, piece_bounds_ptr, piece_row_ptr, partial_ptr, out_ptr, V, D,
+                       piece, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr):
     g = tl.program_id(0).to(tl.int64)
     cols = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
     v = tl.load(piece_row_ptr + g)
     if v >= V:  # the grid is sized for the most pieces N ids can make; this one is past the last
         return
-    lo = tl.load(bounds_ptr + v) + (g - tl.load(piece_bounds_ptr + v)) * piece
+    first = tl.load(piece_bounds_ptr + v)
+    lo = tl.load(bounds_ptr + v) + (g - first) * piece
     hi = tl.minimum(lo + piece, tl.load(bounds_ptr + v + 1))
     acc = tl.zeros([BLOCK_D], dtype=partial_ptr.dtype.element_ty)
     for start in range(lo, hi, BLOCK_T):
@@ -38,21 +46,28 @@ def _piece_sums_kernel(grad_ptr, order_ptr, bounds_ptr, piece_bounds_ptr, piece_
         rows = tl.load(grad_ptr + token[:, None] * D + cols[None, :], mask=(j < hi)[:, None] & (cols < D)[None, :],
                        other=0.0)
         acc += tl.sum(rows.to(acc.dtype), axis=0)
-    tl.store(partial_ptr + g * D + cols, acc, mask=cols < D)
+    if tl.load(piece_bounds_ptr + v + 1) - first == 1:  # the row's only piece: its sum is the row's gradient
+        tl.store(out_ptr + v * D + cols, acc.to(out_ptr.dtype.element_ty), mask=cols < D)
+    else:
+        tl.store(partial_ptr + g * D + cols, acc, mask=cols < D)
 
 
 @triton.jit
-def _row_sums_kernel(partial_ptr, piece_bounds_ptr, out_ptr, D, BLOCK_K: tl.constexpr, BLOCK_D: tl.constexpr):
-    v = tl.program_id(0).to(tl.int64)
+def _row_sums_kernel(partial_ptr, piece_bounds_ptr, out_ptr, V, D, ROWS: tl.constexpr, BLOCK_K: tl.constexpr,
+                     BLOCK_D: tl.constexpr):
     cols = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
-    lo = tl.load(piece_bounds_ptr + v)
-    hi = tl.load(piece_bounds_ptr + v + 1)
-    acc = tl.zeros([BLOCK_D], dtype=partial_ptr.dtype.element_ty)
-    for start in range(lo, hi, BLOCK_K):
-        k = start + tl.arange(0, BLOCK_K)
-        acc += tl.sum(tl.load(partial_ptr + k[:, None] * D + cols[None, :],
-                              mask=(k < hi)[:, None] & (cols < D)[None, :], other=0.0), axis=0)
-    tl.store(out_ptr + v * D + cols, acc.to(out_ptr.dtype.element_ty), mask=cols < D)
+    for r in range(ROWS):
+        v = tl.program_id(0).to(tl.int64) * ROWS + r
+        if v < V:
+            lo = tl.load(piece_bounds_ptr + v)
+            hi = tl.load(piece_bounds_ptr + v + 1)
+            if hi - lo != 1:  # a row of one piece was written by pass 1; an unused row (no piece) gets zeros
+                acc = tl.zeros([BLOCK_D], dtype=partial_ptr.dtype.element_ty)
+                for start in range(lo, hi, BLOCK_K):
+                    k = start + tl.arange(0, BLOCK_K)
+                    acc += tl.sum(tl.load(partial_ptr + k[:, None] * D + cols[None, :],
+                                          mask=(k < hi)[:, None] & (cols < D)[None, :], other=0.0), axis=0)
+                tl.store(out_ptr + v * D + cols, acc.to(out_ptr.dtype.element_ty), mask=cols < D)
 
 
 def piece_size(n: int, block_t: int, block_k: int) -> int:
@@ -77,11 +92,13 @@ def occurrences(ids: torch.Tensor, num_rows: int) -> tuple[torch.Tensor, torch.T
 
 
 def embedding_backward(grad: torch.Tensor, ids: torch.Tensor, num_rows: int, dtype: torch.dtype,
-                       block_t: int = 32, block_k: int = 32, block_d: int = 128) -> torch.Tensor:
+                       block_t: int = 8, block_k: int = 32, block_d: int = 128, warps: tuple[int, int] = (1, 1),
+                       rows: int = 16) -> torch.Tensor:
     """Weight gradient [V, D] (V = ``num_rows``) in ``dtype`` of grad [..., D] (any float dtype) at ids [...].
 
     ``block_t`` / ``block_k``: gradient rows / partial sums per tile of pass 1 / pass 2; ``block_d``: columns
-    per program (at most). Powers of two; tests make them small to run every loop on small inputs."""
+    per program (at most); ``warps``: of pass 1 and pass 2; ``rows``: vocabulary rows a pass-2 program walks.
+    Powers of two; tests make them small to run every loop on small inputs."""
     D = grad.shape[-1]
     grad = grad.reshape(-1, D).contiguous()
     n, device = grad.shape[0], grad.device
@@ -95,9 +112,10 @@ def embedding_backward(grad: torch.Tensor, ids: torch.Tensor, num_rows: int, dty
     out = torch.empty(num_rows, D, dtype=dtype, device=device)
     block_d = min(block_d, triton.next_power_of_2(D))
     _piece_sums_kernel[(num_pieces, triton.cdiv(D, block_d))](
-        grad, order, bounds, piece_bounds, piece_row, partial, num_rows, D, piece, BLOCK_T=block_t, BLOCK_D=block_d)
-    _row_sums_kernel[(num_rows, triton.cdiv(D, block_d))](partial, piece_bounds, out, D, BLOCK_K=block_k,
-                                                          BLOCK_D=block_d)
+        grad, order, bounds, piece_bounds, piece_row, partial, out, num_rows, D, piece, BLOCK_T=block_t,
+        BLOCK_D=block_d, num_warps=warps[0])
+    _row_sums_kernel[(triton.cdiv(num_rows, rows), triton.cdiv(D, block_d))](
+        partial, piece_bounds, out, num_rows, D, ROWS=rows, BLOCK_K=block_k, BLOCK_D=block_d, num_warps=warps[1])
     return out
 
 

@@ -16,7 +16,8 @@ from zoo.kernels.bench import main
                                                  "B,N,H,D"),
                                                 (["--sum-rows", "176,384"], "--sum-rows", "G,P,N"),
                                                 (["--ssd", "256,256,4,64"], "--ssd", "B,L,H,P,N"),
-                                                (["--wkv4", "256,256"], "--wkv4", "B,L,C")])
+                                                (["--wkv4", "256,256"], "--wkv4", "B,L,C"),
+                                                (["--embedding", "256,256"], "--embedding", "B,N,D")])
 def test_a_malformed_shape_exits_2_naming_the_option(argv, option, form, capsys):
     with pytest.raises(SystemExit) as exit_:
         main(argv)
