@@ -52,6 +52,25 @@ def test_matches_reference(G, block_t):
     assert_matches_reference(*inputs(G), tiles=dict(block_t=block_t, block_d=8))
 
 
+@pytest.mark.parametrize("min_programs", [1, 2 * 2, 3 * 2])
+def test_backward_programs_walking_several_time_tiles(monkeypatch, min_programs):
+    """With fewer programs wanted, each backward program walks several of the 3 time tiles (B = 2 sequences, one
+    channel tile): all 3, then 2 and 1 (uneven), then 1 each. The same dx, and dm up to its summation order."""
+    monkeypatch.setattr(fused, "MIN_PROGRAMS", min_programs)
+    x = torch.randn(B, T, D)
+    assert fused._walks(x, 4, 16)[0] == {1: 3, 4: 2, 6: 1}[min_programs]
+    G, tiles = 3, dict(block_t=4, block_d=16)
+    x, mixes = inputs(G, x)
+    dys = [torch.randn(x.shape) for _ in range(G)]
+    got = outputs_and_grads(functools.partial(fused.token_shift_mix, **tiles), x, mixes, dys)
+    monkeypatch.setattr(fused, "MIN_PROGRAMS", 10 ** 6)  # one tile a program
+    want = outputs_and_grads(functools.partial(fused.token_shift_mix, **tiles), x, mixes, dys)
+    assert torch.equal(got[G], want[G])
+    torch.testing.assert_close(got[G + 1], want[G + 1], rtol=1e-6, atol=1e-6)
+    for g, w in zip(got, outputs_and_grads(token_shift_mix_naive, x, mixes, dys)):
+        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("layout", ["chunk of a wider projection", "channel-first storage"])
 def test_strided_input_and_output_gradients(layout):
     """x read where it lies (time stride 3D), or copied once where its channels are not contiguous; the output
