@@ -632,7 +632,8 @@ def main(argv: list[str] | None = None):
         print(f"\nbiased projection [{M}, {K}] -> [{M}, {N}], bf16 autocast")
         print_pairs(linear_rows(M, K, N))
     for B, N, D in filter(None, args.embedding):
-        print(f"\nembedding weight gradient, MQAR ids B={B} N={N} into [8192, {D}] float32, us per call in a CUDA graph")
+        print(f"\nembedding weight gradient, MQAR ids B={B} N={N} into [8192, {D}] float32, "
+              f"us per call in a CUDA graph")
         for name, us in embedding_rows(B, N, D).items():
             print(f"{name:44s} {us:9.2f}")
     for G, P, N in filter(None, args.sum_rows):

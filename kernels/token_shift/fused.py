@@ -11,8 +11,9 @@ output that feeds a bf16 matmul under autocast is not written in float32 and cas
 Backward, with dy_g the gradient of out_g: x[t] feeds out_g[t] with weight 1 - m_g and, as x_prev, out_g[t + 1]
 with weight m_g, so dx[t] = sum_g dy_g[t] + (dy_g[t + 1] - dy_g[t]) m_g (the t + 1 tile again mostly cache hits).
 dm_g = sum_{b, t} dy_g[t] (x[t - 1] - x[t]): each program walks several time tiles (``BACKWARD``), writes its walk's
-sums to its own row of a float32 partial [B * walks, G, D], and one sum over the rows finishes them. No atomics, so the gradients are
-the same bits on every run; all shapes follow from the inputs' (no host sync), so a CUDA graph can capture both.
+sums to its own row of a float32 partial [B * walks, G, D], and one sum over the rows finishes them. No atomics, so
+the gradients are the same bits on every run; all shapes follow from the inputs' (no host sync), so a CUDA graph can
+capture both.
 A mix whose output gets no gradient (autograd's None) adds nothing and its dm_g is 0.
 
 Triton kernels take a fixed list of pointers, so the G outputs (and G output gradients) travel in ``MAX_MIXES``
