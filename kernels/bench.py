@@ -40,6 +40,7 @@ from zoo.kernels.cross_entropy import cross_entropy
 from zoo.kernels.layer_norm import add_layer_norm, layer_norm
 from zoo.kernels.linear import linear
 from zoo.kernels.backend import FLA_CHUNK_MODULES_BROKEN_ON_HOPPER, fla_chunks_unreliable, optional_import
+from zoo.kernels.embedding.sorted_sum import embedding_backward
 from zoo.kernels.gatedfwa import gate_cumsum, gated_window_attention
 from zoo.kernels.gatedfwa.naive import gate_cumsum_ref
 from zoo.kernels.long_conv import gated_long_conv
@@ -509,8 +510,6 @@ def embedding_rows(B, N, D):
     8192 (MQAR's ids are spread so: about 8 of each id at 65536 tokens) into a float32 table [8192, D]: ours (sorted
     sums) and PyTorch's ``embedding_dense_backward``, from a float32 output gradient as the residual stream gives
     it."""
-    from zoo.kernels.embedding.sorted_sum import embedding_backward
-
     vocab = 8192
     torch.manual_seed(0)
     ids = torch.randint(0, vocab, (B, N), device="cuda")

@@ -174,7 +174,8 @@ def start(out: Path, options: Options) -> Pool:
 
 
 def train(groups: list[list], out: Path, options: Options, finish, running, started: Pool) -> None:
-    """Train ``groups`` on the workers of ``started`` (see ``zoo.backends``)."""
+    """Train ``groups`` on the workers of ``started`` (see ``zoo.backends``). On Ctrl-C or any error the workers
+    are stopped by ``started``'s exit in the caller; their runs stay unfinished."""
     slots, threads, workers = started.slots, started.threads, started.workers
     queue = list(groups)
     idle_deaths = 0
@@ -201,42 +202,40 @@ def train(groups: list[list], out: Path, options: Options, finish, running, star
             finish(run, record)
         worker.group = None
 
-    try:
-        while queue or any(w.group for w in workers):
-            for i, w in enumerate(workers):
-                if w.proc.poll() is not None:
-                    w.stop()
-                    if w.group:
-                        settle(w, None, _died(w, w.proc.returncode))
-                    else:  # died with nothing to do: it cannot start (a broken install); do not respawn forever
-                        idle_deaths += 1
-                        if idle_deaths > 3:
-                            tail = w.log.read_text(errors="replace")[-2000:] if w.log.exists() else ""
-                            raise RuntimeError(f"sweep workers exit before training anything:\n{tail}")
-                    workers[i] = w = Worker(w.slot, threads, w.log)
-                elif w.group and w.time_limit() and time.time() - w.started > w.time_limit():
-                    limit = w.time_limit()
-                    w.stop()
-                    for run in w.group:
-                        record = crash_record(run, f"no result {limit:.0f} s after the start (train.timeout plus "
-                                                   "HANG_GRACE_S): the worker was stopped")
-                        finish(run, {**record, "status": "timeout"})
-                    w.group = None
-                    workers[i] = w = Worker(w.slot, threads, w.log)
-                if w.group is None and queue:
-                    group = queue.pop(0)
-                    w.start(group, [prepare_run_dir(out, run) for run in group])
-            running(sum(len(w.group or []) for w in workers))
-            busy = [w for w in workers if w.group]
-            ready, _, _ = select.select([w.replies for w in busy], [], [], 0.2)
-            for w in busy:
-                if w.replies not in ready:
-                    continue
-                for reply in w.read_replies():  # nothing at end of file: the worker died; the next pass records it
-                    if isinstance(reply, dict):  # one member stopped early: its result is final now
-                        w.done.add(reply["member"])
-                        finish(w.group[reply["member"]], reply["record"])
-                    else:
-                        settle(w, reply)
-    finally:  # on Ctrl-C or any error: stop the workers; their runs stay unfinished
-        started.close()
+    while queue or any(w.group for w in workers):
+        for i, w in enumerate(workers):
+            if w.proc.poll() is not None:
+                w.stop()
+                if w.group:
+                    settle(w, None, _died(w, w.proc.returncode))
+                else:  # died with nothing to do: it cannot start (a broken install); do not respawn forever
+                    idle_deaths += 1
+                    if idle_deaths > 3:
+                        tail = w.log.read_text(errors="replace")[-2000:] if w.log.exists() else ""
+                        raise RuntimeError(f"sweep workers exit before training anything:\n{tail}")
+                workers[i] = w = Worker(w.slot, threads, w.log)
+            elif w.group and w.time_limit() and time.time() - w.started > w.time_limit():
+                limit = w.time_limit()
+                w.stop()
+                for run in w.group:
+                    record = crash_record(run, f"no result {limit:.0f} s after the start (train.timeout plus "
+                                               "HANG_GRACE_S): the worker was stopped")
+                    finish(run, {**record, "status": "timeout"})
+                w.group = None
+                workers[i] = w = Worker(w.slot, threads, w.log)
+            if w.group is None and queue:
+                group = queue.pop(0)
+                w.start(group, [prepare_run_dir(out, run) for run in group])
+        running(sum(len(w.group or []) for w in workers))
+        busy = [w for w in workers if w.group]
+        ready, _, _ = select.select([w.replies for w in busy], [], [], 0.2)
+        for w in busy:
+            if w.replies not in ready:
+                continue
+            for reply in w.read_replies():  # nothing at end of file: the worker died; the next pass records it
+                if isinstance(reply, dict):  # one member stopped early: its result is final now
+                    w.done.add(reply["member"])
+                    finish(w.group[reply["member"]], reply["record"])
+                else:
+                    settle(w, reply)
+

@@ -31,7 +31,7 @@ def start(out: Path, options: Options) -> contextlib.AbstractContextManager:
     return contextlib.nullcontext()
 
 
-def train(groups: list[list], out: Path, options: Options, finish, running, started=None) -> None:
+def train(groups: list[list], out: Path, options: Options, finish, running, started) -> None:
     """Train every run of ``groups`` as its own Ray task (see ``zoo.backends``)."""
     from omegaconf import OmegaConf
 
