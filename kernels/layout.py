@@ -13,6 +13,13 @@ def last_dim_contiguous(x: torch.Tensor) -> torch.Tensor:
     return x if x.stride(-1) == 1 else x.contiguous()
 
 
+def even_walks(tiles: int, programs: int) -> tuple[int, int]:
+    """(tiles each program walks, programs) for ``tiles`` tiles split between at most ``programs`` programs (at
+    least one) as evenly as the tiles allow, none left without a tile (so every program's partial row is written)."""
+    per_program = triton.cdiv(tiles, min(tiles, max(1, programs)))
+    return per_program, triton.cdiv(tiles, per_program)
+
+
 @functools.cache
 def resident_programs(device: torch.device) -> int:
     """How many programs a kernel that walks its rows in a fixed number of programs launches: 4 per SM on a GPU,

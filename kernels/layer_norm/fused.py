@@ -35,7 +35,7 @@ import triton
 import triton.language as tl
 
 from zoo.kernels.backend import not_compiled
-from zoo.kernels.layout import resident_programs
+from zoo.kernels.layout import even_walks, resident_programs
 from zoo.kernels.partial_sums import sum_rows
 
 TILE = 4096  # values per program and tile: 16 per thread with 8 warps
@@ -204,8 +204,7 @@ class _Norm(torch.autograd.Function):
             return ds.to(ctx.dtypes[0]), dr, None, None, None, None, None, None, None, None
         rows, block_n = _tile(N)
         tiles = max(1, triton.cdiv(M, rows))
-        per_program = triton.cdiv(tiles, min(tiles, resident_programs(x3.device)))
-        programs = triton.cdiv(tiles, per_program)  # none left without a tile: every partial row is written
+        per_program, programs = even_walks(tiles, resident_programs(x3.device))
         dy3 = _rows(dy, H)
         ds = None if ds is None else ds.contiguous()
         x_dtype, r_dtype = ctx.dtypes

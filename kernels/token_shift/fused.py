@@ -27,7 +27,7 @@ import torch
 import triton
 import triton.language as tl
 
-from zoo.kernels.layout import last_dim_contiguous, sequence_tile, time_tile
+from zoo.kernels.layout import even_walks, last_dim_contiguous, sequence_tile, time_tile
 from zoo.kernels.partial_sums import sum_first
 
 MAX_MIXES = 6  # pointer slots: RWKV-7's six mixes
@@ -163,10 +163,7 @@ def _walks(x: torch.Tensor, block_t: int, block_d: int) -> tuple[int, int]:
     """(time tiles a backward program walks, programs along time): each program walks as many tiles of its sequence
     as still leaves ``MIN_PROGRAMS`` programs, the walks as even as the tiles allow."""
     B, T, D = x.shape
-    tiles = triton.cdiv(T, block_t)
-    along_time = min(tiles, max(1, triton.cdiv(MIN_PROGRAMS, B * triton.cdiv(D, block_d))))
-    per_program = triton.cdiv(tiles, along_time)
-    return per_program, triton.cdiv(tiles, per_program)
+    return even_walks(triton.cdiv(T, block_t), triton.cdiv(MIN_PROGRAMS, B * triton.cdiv(D, block_d)))
 
 
 def token_shift_backward(dys, x, mixes, tiles: Tiles) -> tuple[torch.Tensor, torch.Tensor]:
