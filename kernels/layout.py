@@ -13,6 +13,16 @@ def last_dim_contiguous(x: torch.Tensor) -> torch.Tensor:
     return x if x.stride(-1) == 1 else x.contiguous()
 
 
+def channel_block(asked: int | None, sequences: int, channels: int, blocks: tuple[int, ...], min_programs: int) -> int:
+    """Channels per program of a walk that gives each program one sequence and a block of channels: ``asked``, or
+    the first (widest) of ``blocks`` that still leaves ``min_programs`` programs, else the last; never wider than
+    ``channels`` rounded up to a power of two."""
+    block = asked
+    if block is None:
+        block = next((b for b in blocks[:-1] if sequences * triton.cdiv(channels, b) >= min_programs), blocks[-1])
+    return min(triton.next_power_of_2(channels), block)
+
+
 def even_walks(tiles: int, programs: int) -> tuple[int, int]:
     """(tiles each program walks, programs) for ``tiles`` tiles split between at most ``programs`` programs (at
     least one) as evenly as the tiles allow, none left without a tile (so every program's partial row is written)."""

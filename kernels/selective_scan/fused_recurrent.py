@@ -117,6 +117,7 @@ import torch
 import triton
 import triton.language as tl
 
+from zoo.kernels.layout import channel_block
 from zoo.kernels.partial_sums import sum_blocks, sum_first
 from zoo.kernels.stable import sigmoid, sigmoid_of
 from zoo.kernels.stored_states import check_states, constexprs, kernel_n_states, n_states, states_mode
@@ -438,10 +439,7 @@ MIN_PROGRAMS = 1024
 def _block_e(Bsz: int, E: int, launch: Launch) -> int:
     """The backward's channels per program: ``launch.block_e``, or the most of 64, 32 that leaves ``MIN_PROGRAMS``
     programs, else 16."""
-    block = launch.block_e
-    if block is None:
-        block = next((b for b in (64, 32) if Bsz * triton.cdiv(E, b) >= MIN_PROGRAMS), 16)
-    return min(triton.next_power_of_2(E), block)
+    return channel_block(launch.block_e, Bsz, E, (64, 32, 16), MIN_PROGRAMS)
 
 
 def _strides(x: torch.Tensor | None) -> tuple[int, ...]:

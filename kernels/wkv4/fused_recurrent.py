@@ -24,6 +24,7 @@ import torch
 import triton
 import triton.language as tl
 
+from zoo.kernels.layout import channel_block
 from zoo.kernels.partial_sums import sum_rows
 from zoo.kernels.stable import sigmoid
 
@@ -157,10 +158,7 @@ MIN_PROGRAMS = 2048
 
 def _block_c(B: int, C: int, launch: Launch) -> int:
     """Channels per program: ``launch.block_c``, or the most of 128, 64 that leaves ``MIN_PROGRAMS``, else 32."""
-    block = launch.block_c
-    if block is None:
-        block = next((b for b in (128, 64) if B * triton.cdiv(C, b) >= MIN_PROGRAMS), 32)
-    return min(triton.next_power_of_2(C), block)
+    return channel_block(launch.block_c, B, C, (128, 64, 32), MIN_PROGRAMS)
 
 
 class WKV4Function(torch.autograd.Function):
