@@ -65,6 +65,12 @@ def timed(fn, grads=(), repeats: int = 3):
     return min(do_bench(fn, warmup=25, rep=100, grad_to_none=list(grads)) for _ in range(repeats))
 
 
+def failed(err: Exception) -> str:
+    """A peer's row when it raised: the error's kind and first line, so the other rows still print."""
+    first_line = (str(err).splitlines() or [""])[0]
+    return f"failed: {type(err).__name__}: {first_line[:90]}"
+
+
 def timed_pair(fwd, grad, leaves):
     """(forward ms, forward + backward ms) of ``fwd()``, the backward seeded with ``grad``, clearing the leaves'
     grads between calls."""
@@ -134,14 +140,17 @@ def attention_rows(B, H, T, D, window, dtype):
             return flex_gated(qt, kt, vt, ut)
         rows["FlexAttention"] = timed_pair(flex_fwd, do_t, (qt, kt, vt, ut))
     except Exception as err:  # a peer failing must not hide the other rows
-        rows["FlexAttention"] = f"failed: {type(err).__name__}: {str(err)[:80]}"
+        rows["FlexAttention"] = failed(err)
 
     fla_attn = optional_import("fla.ops.attn", "zoo.kernels.bench skips the fla parallel_attn row")
     if fla_attn is None:
         rows["fla parallel_attn"] = "skipped: flash-linear-attention (fla.ops.attn) not importable"
     else:
-        rows["fla parallel_attn"] = timed_pair(
-            lambda: fla_attn.parallel_attn(q, k, v, g=-alpha, window_size=window), do, (q, k, v, alpha))
+        try:
+            rows["fla parallel_attn"] = timed_pair(
+                lambda: fla_attn.parallel_attn(q, k, v, g=-alpha, window_size=window), do, (q, k, v, alpha))
+        except Exception as err:  # e.g. out of shared memory at head dim 256 (fla 0.6.0, H200)
+            rows["fla parallel_attn"] = failed(err)
     rows["SDPA causal, full, no gate"] = timed_pair(sdpa_fwd, do_t, (qt, kt, vt))
     return rows
 
@@ -214,7 +223,7 @@ def recurrence_rows(B, T, H, K):
                 grad = torch.randn_like(out)
                 rows[op][backend] = timed(lambda: call(backend).backward(grad), leaves)
             except Exception as err:  # a backend that cannot run here (missing package, no backward) gets a reason
-                rows[op][backend] = f"failed: {type(err).__name__}: {str(err).splitlines()[0][:90]}"
+                rows[op][backend] = failed(err)
     return rows
 
 

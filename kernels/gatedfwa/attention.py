@@ -40,7 +40,9 @@ def _band_mask(offs_m, offs_n, T, window):
 @triton.jit
 def _key_blocks(start_m, T, window, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """Key-block bounds of the query block at ``start_m``: blocks [lo, mid) hold the window's left edge,
-    [mid, start_m) are fully visible, [start_m, end) hold the diagonal."""
+    [mid, start_m) are fully visible, [start_m, end) hold the diagonal. Whole key blocks must tile a query
+    block (else the unmasked blocks would run past ``start_m`` into the diagonal)."""
+    tl.static_assert(BLOCK_M % BLOCK_N == 0, "query blocks must be a multiple of key blocks")
     lo = (tl.maximum(start_m - window + 1, 0) // BLOCK_N) * BLOCK_N
     mid = tl.minimum(tl.cdiv(tl.maximum(start_m + BLOCK_M - window, 0), BLOCK_N) * BLOCK_N, start_m)
     end = tl.minimum(start_m + BLOCK_M, T)
@@ -174,7 +176,9 @@ def _attn_bwd_dkdv(q_ptr, k_ptr, v_ptr, u_ptr, do_ptr, lse_ptr, delta_ptr, dk_pt
     u_j = tl.load(u_ptr + b * s_ub + h * s_uh + offs_n * s_ut, mask=offs_n < T, other=0.0)
     q_base = q_ptr + b * s_qb + h * s_qh
     do_base = do_ptr + b * s_db + h * s_dh
-    # query blocks [start_n, mid) hold the diagonal, [mid, hi) are fully inside the band, [hi, end) its far edge
+    # query blocks [start_n, mid) hold the diagonal, [mid, hi) are fully inside the band, [hi, end) its far edge;
+    # mid must start a query block, so whole query blocks tile a key block
+    tl.static_assert(BLOCK_N % BLOCK_M == 0, "key blocks must be a multiple of query blocks")
     mid = tl.minimum(start_n + BLOCK_N, T)
     hi = tl.minimum(start_n + BLOCK_N + tl.maximum(window - BLOCK_N, 0) // BLOCK_M * BLOCK_M, T // BLOCK_M * BLOCK_M)
     hi = tl.maximum(hi, mid)
@@ -250,15 +254,17 @@ def _attn_bwd_dq(q_ptr, k_ptr, v_ptr, u_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr,
 
 
 def _configs(kind: str, D: int, device: torch.device):
-    """Block sizes (BLOCK_M, BLOCK_N) and launch options per kernel, head dim and GPU generation."""
+    """Block sizes (BLOCK_M, BLOCK_N) and launch options per kernel, head dim and GPU generation. The forward's
+    and dQ's BLOCK_M must be a multiple of their BLOCK_N, dK/dV's BLOCK_N a multiple of its BLOCK_M (the kernels
+    assert it when they compile)."""
     if INTERPRET:
         return {"fwd": (32, 16), "dkdv": (16, 32), "dq": (32, 16)}[kind], {}
     major = torch.cuda.get_device_capability(device)[0]
     stages = 3 if major >= 9 else 2
-    if D > 128:  # 256-wide tiles: small blocks keep registers and shared memory in bounds
-        table = {"fwd": ((32, 32), dict(num_warps=4, num_stages=1)),
-                 "dkdv": ((16, 32), dict(num_warps=4, num_stages=1)),
-                 "dq": ((32, 16), dict(num_warps=4, num_stages=1))}
+    if D > 128:  # 256-wide tiles: swept on an H200 at the grid's d=512 cells (results/SPEED.md)
+        table = {"fwd": ((64, 32), dict(num_warps=4, num_stages=1)),
+                 "dkdv": ((32, 32), dict(num_warps=4, num_stages=2)),
+                 "dq": ((32, 32), dict(num_warps=4, num_stages=2))}
     else:  # measured on an H200 (NOTES.md): 64-row query blocks beat 128 for windowed work
         table = {"fwd": ((64, 32), dict(num_warps=4, num_stages=stages)),
                  "dkdv": ((64, 64), dict(num_warps=4, num_stages=stages - 1)),

@@ -128,3 +128,17 @@ def test_gpu_matches_float64_reference(B, T, H, D, window, decay, dtype, gate):
         tol = 1e-4 if dtype == torch.float32 else 4e-2 if name == "dq" or (name in ("dk", "du") and decay >= 6) else 2e-2
         err = ((a.double() - b).norm() / b.norm().clamp_min(1.0)).item()  # dq is ~0 at window 1
         assert err < tol, f"{name}: relative error {err:.2e}"
+
+
+@pytest.mark.parametrize("kind,blocks", [("fwd", (16, 32)), ("dq", (16, 32)), ("dkdv", (32, 16))])
+def test_block_tables_that_break_the_tiling_are_refused(monkeypatch, kind, blocks):
+    """A query block smaller than the forward's key block (or dK/dV's key block smaller than its query block)
+    would run unmasked blocks across the diagonal: measured on an H200 as relative errors of 0.4 to 0.8, so the
+    kernels refuse such tables when they compile."""
+    from zoo.kernels.gatedfwa import attention
+    table = attention._configs
+    monkeypatch.setattr(attention, "_configs", lambda k, D, dev: (blocks, {}) if k == kind else table(k, D, dev))
+    q, k, v, _ = make(1, 40, 1, 16, False, 0.0, torch.float32)
+    with pytest.raises(Exception, match="must be a multiple of"):
+        o, lse = attention.attention_fwd(q, k, v, None, 8, 0.25)
+        attention.attention_bwd(q, k, v, None, o, lse, torch.randn_like(q), 8, 0.25)
