@@ -262,9 +262,9 @@ def _configs(kind: str, D: int, device: torch.device):
     major = torch.cuda.get_device_capability(device)[0]
     stages = 3 if major >= 9 else 2
     if D > 128:  # 256-wide tiles: swept on an H200 at the grid's d=512 cells (results/SPEED.md)
-        table = {"fwd": ((64, 32), dict(num_warps=4, num_stages=1)),
+        table = {"fwd": ((64, 32), dict(num_warps=4, num_stages=2)),
                  "dkdv": ((32, 32), dict(num_warps=4, num_stages=2)),
-                 "dq": ((32, 32), dict(num_warps=4, num_stages=2))}
+                 "dq": ((64, 16), dict(num_warps=4, num_stages=2))}
     else:  # measured on an H200 (NOTES.md): 64-row query blocks beat 128 for windowed work
         table = {"fwd": ((64, 32), dict(num_warps=4, num_stages=stages)),
                  "dkdv": ((64, 64), dict(num_warps=4, num_stages=stages - 1)),
