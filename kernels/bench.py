@@ -3,7 +3,8 @@
 Rows per attention shape (forward and forward+backward, ms and TFLOP/s of the windowed work):
 ours; ours with the gate off; FlexAttention (``torch.compile``d, score_mod adding ``u_i - u_j``,
 sliding-window block mask); flash-linear-attention ``parallel_attn(g=-alpha, window_size=w)``;
-SDPA full causal attention without gate (a speed reference). Then the preprocessing scan against
+SDPA full causal attention without gate (a speed reference). Then each of our attention kernels per launch choice
+(block sizes, warps, stages; the table's first), timed in a CUDA graph. Then the preprocessing scan against
 eager and compiled PyTorch, in GB/s next to a device-to-device copy. Then the linear recurrences (the gated and
 ungated delta rule, RWKV-7), forward+backward in float32 on every backend of their entries: the PyTorch
 recurrence, the chunked PyTorch form, fla's kernels where they work, and our Triton kernel where there is one
@@ -20,7 +21,8 @@ gradient a Triton column sum) against ``F.linear``, the embedding's weight gradi
 column sums' last step (``sum_rows`` of the per-program partial sums) against PyTorch's ``sum``, these two
 timed from a CUDA graph of many calls as in a training step.
 
-    python -m zoo.kernels.bench --shapes 1,16,65536,64,512 256,2,512,64,256 --dtype bf16 --recurrences 128,128,2,64 \
+    python -m zoo.kernels.bench --shapes 1,16,65536,64,512 256,2,512,64,256 --attention-blocks 256,2,512,64,256 \
+        --dtype bf16 --recurrences 128,128,2,64 \
         --rwkv7 256,256,2,64 128,512,2,64 --selective-scan 256,256,256,16 --ssd 256,256,4,64,128 --wkv4 256,256,128 \
         128,512,512 --short-conv 256,256,384,3 --gated-long-conv 256,256,128 128,512,64 --cross-entropy 4096,8192 \
         --layer-norm 65536,128 --linear 65536,128,384 --softmax-attention 128,512,1,512 --embedding 256,256,128 \
@@ -42,6 +44,8 @@ from zoo.kernels.linear import linear
 from zoo.kernels.backend import FLA_CHUNK_MODULES_BROKEN_ON_HOPPER, fla_chunks_unreliable, optional_import
 from zoo.kernels.embedding.sorted_sum import embedding_backward
 from zoo.kernels.gatedfwa import gate_cumsum, gated_window_attention
+from zoo.kernels.gatedfwa.attention import KERNELS as ATTENTION_KERNELS, Blocks, attention_bwd, attention_fwd, \
+    default_blocks
 from zoo.kernels.gatedfwa.naive import gate_cumsum_ref
 from zoo.kernels.long_conv import gated_long_conv
 from zoo.kernels.partial_sums import sum_rows
@@ -152,6 +156,47 @@ def attention_rows(B, H, T, D, window, dtype):
         except Exception as err:  # e.g. out of shared memory at head dim 256 (fla 0.6.0, H200)
             rows["fla parallel_attn"] = failed(err)
     rows["SDPA causal, full, no gate"] = timed_pair(sdpa_fwd, do_t, (qt, kt, vt))
+    return rows
+
+
+# launches of the window attention's kernels tried beside the table's: (m, n, warps, stages), each a tiling the
+# kernel accepts (``Blocks``); those that do not fit a GPU's shared memory at a head dim print as failed
+ATTENTION_LAUNCHES = {
+    "fwd": [(64, 32, 4, 3), (64, 32, 4, 2), (64, 32, 4, 1), (32, 32, 4, 2), (64, 64, 4, 2), (128, 64, 8, 2),
+            (128, 32, 4, 2), (64, 16, 4, 2)],
+    "dkdv": [(64, 64, 4, 2), (32, 64, 4, 2), (16, 64, 4, 3), (32, 32, 4, 2), (16, 32, 4, 2), (64, 128, 8, 2),
+             (32, 32, 4, 3)],
+    "dq": [(64, 32, 4, 2), (64, 16, 4, 2), (32, 32, 4, 2), (64, 64, 4, 2), (128, 32, 8, 2), (32, 16, 4, 2),
+           (64, 32, 4, 3)],
+}
+
+
+def attention_blocks_rows(B, H, T, D, window, dtype):
+    """{kernel: {launch: us or why not}} of the gated window attention's kernels per launch, the table's first
+    (:func:`default_blocks`): the forward alone, and the whole backward (delta, dK/dV, dQ) with the named kernel's
+    launch varied and the other at the table's. Timed in a CUDA graph (:func:`graph_timed_us`), so the host's
+    launch time, which dominates the small shapes under ``do_bench``, stays out."""
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(B, T, H, D, device="cuda", dtype=dtype) for _ in range(3))
+    # the kernels' gate: u in log2 units, (B, H, T) contiguous, as the autograd wrapper hands it over
+    u = (gate_cumsum(torch.randn(B, T, H, device="cuda"), torch.ones(B, T, H, device="cuda")) * 1.4426950408889634)
+    u = u.transpose(1, 2).contiguous().transpose(1, 2)
+    do, scale = torch.randn_like(q), D ** -0.5
+    o, lse = attention_fwd(q, k, v, u, window, scale)
+    calls = {"fwd": lambda blocks: attention_fwd(q, k, v, u, window, scale, blocks),
+             "dkdv": lambda blocks: attention_bwd(q, k, v, u, o, lse, do, window, scale, dkdv_blocks=blocks),
+             "dq": lambda blocks: attention_bwd(q, k, v, u, o, lse, do, window, scale, dq_blocks=blocks)}
+    rows = {}
+    for kernel in ATTENTION_KERNELS:
+        table = default_blocks(kernel, D, q.device)
+        rows[kernel] = {}
+        for blocks in dict.fromkeys([table, *(Blocks(*launch) for launch in ATTENTION_LAUNCHES[kernel])]):
+            name = f"{blocks.m:>3d} x {blocks.n:<3d} {blocks.warps} warps {blocks.stages} stages" + \
+                (" (table)" if blocks == table else "")
+            try:
+                rows[kernel][name] = graph_timed_us(lambda: calls[kernel](blocks), calls=20)
+            except Exception as err:  # e.g. out of shared memory at head dim 256
+                rows[kernel][name] = failed(err)
     return rows
 
 
@@ -549,6 +594,9 @@ def main(argv: list[str] | None = None):
     parser.add_argument("--shapes", nargs="*", type=shape_of("B,H,T,D,window"),
                         default=[(1, 16, 65536, 64, 512), (256, 2, 512, 64, 256)],
                         help="attention shapes B,H,T,D,window")
+    parser.add_argument("--attention-blocks", nargs="*", type=shape_of("B,H,T,D,window"), default=[(256, 2, 512, 64, 256)],
+                        help="attention shapes B,H,T,D,window: each kernel of ours per launch (block sizes, warps, "
+                             "stages), the table's first")
     parser.add_argument("--dtype", choices=sorted(DTYPES), default="bf16")
     parser.add_argument("--scan", type=shape_of("T,H"), default=(65536, 64),
                         help="preprocessing shape T,H (empty to skip)")
@@ -598,6 +646,12 @@ def main(argv: list[str] | None = None):
             print(f"{name:30s} {fwd:9.3f} {both:11.3f} {flops / fwd / 1e9:12.1f} {3.5 * flops / both / 1e9:12.1f}")
         gated, plain = rows["ours"], rows["ours, gate off"]
         print(f"gate overhead: fwd {100 * (gated[0] / plain[0] - 1):+.1f}%, fwd+bwd {100 * (gated[1] / plain[1] - 1):+.1f}%")
+    for B, H, T, D, window in filter(None, args.attention_blocks):
+        print(f"\nwindow attention launches, B={B} H={H} T={T} D={D} window={window}, with the gate, us per call in a "
+              f"CUDA graph (dkdv, dq: the whole backward, that kernel's launch varied)")
+        for kernel, row in attention_blocks_rows(B, H, T, D, window, DTYPES[args.dtype]).items():
+            for name, us in row.items():
+                print(f"{kernel:5s} {name:36s} " + (us if isinstance(us, str) else f"{us:9.1f}"))
     if args.scan:
         T, H = args.scan
         print(f"\npreprocessing forward, (1, {T}, {H}) fp32")

@@ -19,6 +19,7 @@ Each kernel splits its loop over the other axis into blocks that need the causal
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
 import torch
 import triton
@@ -253,22 +254,31 @@ def _attn_bwd_dq(q_ptr, k_ptr, v_ptr, u_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr,
              (dq * (qk_scale / LOG2E)).to(dq_ptr.dtype.element_ty), mask=q_mask)
 
 
-def _configs(kind: str, D: int, device: torch.device):
-    """Block sizes (BLOCK_M, BLOCK_N) and launch options per kernel, head dim and GPU generation. The forward's
-    and dQ's BLOCK_M must be a multiple of their BLOCK_N, dK/dV's BLOCK_N a multiple of its BLOCK_M (the kernels
-    assert it when they compile)."""
+@dataclass(frozen=True)
+class Blocks:
+    """One kernel's launch: tiles of ``m`` query rows by ``n`` key rows, ``warps`` warps, ``stages``
+    software-pipelining stages. The forward's and dQ's ``m`` must be a multiple of their ``n``, dK/dV's ``n`` a
+    multiple of its ``m`` (the kernels assert it when they compile: their unmasked blocks assume it)."""
+    m: int
+    n: int
+    warps: int = 4
+    stages: int = 2
+
+
+KERNELS = ("fwd", "dkdv", "dq")
+
+
+def default_blocks(kind: str, D: int, device: torch.device) -> Blocks:
+    """The table: blocks per kernel (``KERNELS``), head dim and GPU generation."""
     if INTERPRET:
-        return {"fwd": (32, 16), "dkdv": (16, 32), "dq": (32, 16)}[kind], {}
+        return {"fwd": Blocks(32, 16), "dkdv": Blocks(16, 32), "dq": Blocks(32, 16)}[kind]
     major = torch.cuda.get_device_capability(device)[0]
     stages = 3 if major >= 9 else 2
-    if D > 128:  # 256-wide tiles: swept on an H200 at the grid's d=512 cells (results/SPEED.md)
-        table = {"fwd": ((64, 32), dict(num_warps=4, num_stages=2)),
-                 "dkdv": ((32, 32), dict(num_warps=4, num_stages=2)),
-                 "dq": ((64, 16), dict(num_warps=4, num_stages=2))}
+    if D > 128:  # 256-wide tiles: swept on an H200 at the grid's d=512 cells (NOTES.md)
+        table = {"fwd": Blocks(64, 32, 4, 2), "dkdv": Blocks(32, 32, 4, 2), "dq": Blocks(64, 16, 4, 2)}
     else:  # measured on an H200 (NOTES.md): 64-row query blocks beat 128 for windowed work
-        table = {"fwd": ((64, 32), dict(num_warps=4, num_stages=stages)),
-                 "dkdv": ((64, 64), dict(num_warps=4, num_stages=stages - 1)),
-                 "dq": ((64, 32), dict(num_warps=4, num_stages=stages - 1))}
+        table = {"fwd": Blocks(64, 32, 4, stages), "dkdv": Blocks(64, 64, 4, stages - 1),
+                 "dq": Blocks(64, 32, 4, stages - 1)}
     return table[kind]
 
 
@@ -276,44 +286,47 @@ def _strides(x):
     return [x.stride(i) for i in range(x.dim() - 1)]
 
 
-def attention_fwd(q, k, v, u, window: int, scale: float):
-    """o (B, T, H, D) like q and lse (B, H, T) fp32; u is (B, T, H) fp32 in log2 units (u * log2(e)), or None."""
+def attention_fwd(q, k, v, u, window: int, scale: float, blocks: Blocks | None = None):
+    """o (B, T, H, D) like q and lse (B, H, T) fp32; u is (B, T, H) fp32 in log2 units (u * log2(e)), or None.
+    ``blocks``: the kernel's launch, the table's (:func:`default_blocks`) when None."""
     B, T, H, D = q.shape
     o = torch.empty(B, T, H, D, device=q.device, dtype=q.dtype)
     lse = torch.empty(B, H, T, device=q.device, dtype=torch.float32)
-    (bm, bn), opts = _configs("fwd", D, q.device)
+    blocks = blocks or default_blocks("fwd", D, q.device)
     gate = q if u is None else u
-    _attn_fwd[(triton.cdiv(T, bm), B * H)](
+    _attn_fwd[(triton.cdiv(T, blocks.m), B * H)](
         q, k, v, gate, o, lse, T, H, window, scale * LOG2E.value,
         *_strides(q), *_strides(k), *_strides(v), *(_strides(u) + [u.stride(2)] if u is not None else [0, 0, 0]),
-        *_strides(o), D=D, BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=max(16, triton.next_power_of_2(D)),
-        HAS_GATE=u is not None, PREC=_precision(q), **opts)
+        *_strides(o), D=D, BLOCK_M=blocks.m, BLOCK_N=blocks.n, BLOCK_D=max(16, triton.next_power_of_2(D)),
+        HAS_GATE=u is not None, PREC=_precision(q), num_warps=blocks.warps, num_stages=blocks.stages)
     return o, lse
 
 
-def attention_bwd(q, k, v, u, o, lse, do, window: int, scale: float):
-    """(dq, dk, dv, du): gradients like q, k, v and du (B, T, H) fp32 (None without a gate)."""
+def attention_bwd(q, k, v, u, o, lse, do, window: int, scale: float, dkdv_blocks: Blocks | None = None,
+                  dq_blocks: Blocks | None = None):
+    """(dq, dk, dv, du): gradients like q, k, v and du (B, T, H) fp32 (None without a gate). ``dkdv_blocks``,
+    ``dq_blocks``: the two kernels' launches, the table's (:func:`default_blocks`) when None."""
     B, T, H, D = q.shape
     block_d = max(16, triton.next_power_of_2(D))
     delta = torch.empty(B, H, T, device=q.device, dtype=torch.float32)
     _bwd_delta[(triton.cdiv(T, 64), B * H)](o, do, delta, T, H, *_strides(o), *_strides(do), D=D, BLOCK_M=64,
                                              BLOCK_D=block_d)
+    dkdv = dkdv_blocks or default_blocks("dkdv", D, q.device)
+    dq_blocks = dq_blocks or default_blocks("dq", D, q.device)
     dq, dk, dv = (torch.empty(B, T, H, D, device=q.device, dtype=x.dtype) for x in (q, k, v))
     gate = q if u is None else u
     u_strides = _strides(u) + [u.stride(2)] if u is not None else [0, 0, 0]
     du = torch.empty(B, T, H, device=q.device, dtype=torch.float32) if u is not None else None
     common = dict(BLOCK_D=block_d, D=D, HAS_GATE=u is not None, PREC=_precision(q))
-    (bm, bn), opts = _configs("dkdv", D, q.device)
-    _attn_bwd_dkdv[(triton.cdiv(T, bn), B * H)](
+    _attn_bwd_dkdv[(triton.cdiv(T, dkdv.n), B * H)](
         q, k, v, gate, do, lse, delta, dk, dv, du if du is not None else delta, T, H, window, scale * LOG2E.value,
         *_strides(q), *_strides(k), *_strides(v), *u_strides, *_strides(do), *_strides(dk),
         *(_strides(du) + [du.stride(2)] if du is not None else [0, 0, 0]),
-        BLOCK_M=bm, BLOCK_N=bn, **common, **opts)
-    (bm, bn), opts = _configs("dq", D, q.device)
-    _attn_bwd_dq[(triton.cdiv(T, bm), B * H)](
+        BLOCK_M=dkdv.m, BLOCK_N=dkdv.n, **common, num_warps=dkdv.warps, num_stages=dkdv.stages)
+    _attn_bwd_dq[(triton.cdiv(T, dq_blocks.m), B * H)](
         q, k, v, gate, do, lse, delta, dq, T, H, window, scale * LOG2E.value,
         *_strides(q), *_strides(k), *_strides(v), *u_strides, *_strides(do), *_strides(dq),
-        BLOCK_M=bm, BLOCK_N=bn, **common, **opts)
+        BLOCK_M=dq_blocks.m, BLOCK_N=dq_blocks.n, **common, num_warps=dq_blocks.warps, num_stages=dq_blocks.stages)
     return dq, dk, dv, du
 
 

@@ -8,6 +8,8 @@ from zoo.kernels.bench import main
 @pytest.mark.parametrize("argv, option, form", [(["--recurrences", "128,128,2"], "--recurrences", "B,T,H,K"),
                                                 (["--scan", "64,x"], "--scan", "T,H"),
                                                 (["--shapes", "1,2,3,4,0"], "--shapes", "B,H,T,D,window"),
+                                                (["--attention-blocks", "256,2,512,64"], "--attention-blocks",
+                                                 "B,H,T,D,window"),
                                                 (["--gated-long-conv", "256,256"], "--gated-long-conv", "B,L,D"),
                                                 (["--rwkv7", "256,256,2"], "--rwkv7", "B,T,H,K"),
                                                 (["--layer-norm", "65536"], "--layer-norm", "R,N"),
