@@ -311,18 +311,19 @@ def attention_bwd(q, k, v, u, o, lse, do, window: int, scale: float, dkdv_blocks
     delta = torch.empty(B, H, T, device=q.device, dtype=torch.float32)
     _bwd_delta[(triton.cdiv(T, 64), B * H)](o, do, delta, T, H, *_strides(o), *_strides(do), D=D, BLOCK_M=64,
                                              BLOCK_D=block_d)
-    dkdv = dkdv_blocks or default_blocks("dkdv", D, q.device)
+    dkdv_blocks = dkdv_blocks or default_blocks("dkdv", D, q.device)
     dq_blocks = dq_blocks or default_blocks("dq", D, q.device)
     dq, dk, dv = (torch.empty(B, T, H, D, device=q.device, dtype=x.dtype) for x in (q, k, v))
     gate = q if u is None else u
     u_strides = _strides(u) + [u.stride(2)] if u is not None else [0, 0, 0]
     du = torch.empty(B, T, H, device=q.device, dtype=torch.float32) if u is not None else None
     common = dict(BLOCK_D=block_d, D=D, HAS_GATE=u is not None, PREC=_precision(q))
-    _attn_bwd_dkdv[(triton.cdiv(T, dkdv.n), B * H)](
+    _attn_bwd_dkdv[(triton.cdiv(T, dkdv_blocks.n), B * H)](
         q, k, v, gate, do, lse, delta, dk, dv, du if du is not None else delta, T, H, window, scale * LOG2E.value,
         *_strides(q), *_strides(k), *_strides(v), *u_strides, *_strides(do), *_strides(dk),
         *(_strides(du) + [du.stride(2)] if du is not None else [0, 0, 0]),
-        BLOCK_M=dkdv.m, BLOCK_N=dkdv.n, **common, num_warps=dkdv.warps, num_stages=dkdv.stages)
+        BLOCK_M=dkdv_blocks.m, BLOCK_N=dkdv_blocks.n, **common, num_warps=dkdv_blocks.warps,
+        num_stages=dkdv_blocks.stages)
     _attn_bwd_dq[(triton.cdiv(T, dq_blocks.m), B * H)](
         q, k, v, gate, do, lse, delta, dq, T, H, window, scale * LOG2E.value,
         *_strides(q), *_strides(k), *_strides(v), *u_strides, *_strides(do), *_strides(dq),
