@@ -101,3 +101,16 @@ def test_cli_prints_the_totals_and_refuses_bad_input(folders, tmp_path, capsys):
         capsys.readouterr().err
     assert grid_cost.main([str(protocol), str(tmp_path / "nothing")]) == 2
     assert "no finished runs in" in capsys.readouterr().err
+
+
+def test_a_later_timing_replaces_only_the_cells_it_times(folders, tmp_path, capsys):
+    """Cell b timed again at half its first timing's cost: b is priced from the second folder, a from the first."""
+    protocol, timing = folders
+    again = _folder(tmp_path / "again", [
+        _record(f"u{i}", "b", lr, 2, [5.0, 2.0], 8.0, 10.0, **{"train.max_epochs": 2})
+        for i, lr in enumerate((1e-3, 1e-2))])
+    groups = {g["mixer"]: g for g in grid_cost.grid_cost(protocol, timing, again)["groups"]}
+    assert groups["a"]["timing"] == str(timing) and groups["a"]["upper_s"] == pytest.approx(12.5)
+    assert groups["b"]["timing"] == str(again) and groups["b"]["upper_s"] == pytest.approx(10.0)  # 2 + 3 + 2 x 2.5
+    assert grid_cost.main([str(protocol), str(timing), str(again), "--gpus", "1"]) == 0
+    assert f"2 groups priced (1 timed in {timing}, 1 timed in {again})" in capsys.readouterr().out

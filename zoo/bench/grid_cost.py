@@ -2,9 +2,10 @@
 trained before its early stop) and a short timing sweep of the same cells (how long each cell's group takes per
 epoch now, early stopping off).
 
-    python -m zoo.bench.grid_cost results/mqar results/mqar_timing [--gpus 1,4,8] [--json cost.json]
+    python -m zoo.bench.grid_cost results/mqar results/mqar_timing [later timings ...] [--gpus 1,4,8] [--json cost.json]
 
-The timing folder comes from the same sweep file with ``train.max_epochs=2 train.early_stop_accuracy=null`` (every
+A later timing folder of some cells (timed again after a change to their mixers) replaces those cells' timing and
+keeps the others'; each group says which folder priced it. The timing folder comes from the same sweep file with ``train.max_epochs=2 train.early_stop_accuracy=null`` (every
 cell's group trains all its members for two epochs; ``--runs-per-gpu 1``, so no group shares its GPU). For each
 group of the finished sweep (the runs of one cell that differ only in lr), with E its longest member's epochs and
 a_e the members still training in epoch e, from the timing records of that cell:
@@ -94,42 +95,57 @@ def makespan(seconds: list[float], gpus: int) -> float:
     return max(free)
 
 
-def grid_cost(protocol: Path, timing: Path) -> dict:
-    """Every group of the finished sweep ``protocol`` priced by the timing sweep ``timing`` (see the module)."""
+def grid_cost(protocol: Path, *timings: Path) -> dict:
+    """Every group of the finished sweep ``protocol`` priced by the timing sweeps ``timings`` (see the module): a
+    cell timed in several of them takes its timing from the last, so a later timing of some cells (after a change
+    to their mixers, say) replaces theirs alone. Each group names the folder that priced it."""
     done = [r for r in final_records(protocol).values() if r.get("settings")]
-    timed = [r for r in final_records(timing).values() if r.get("settings") and r["status"] == "completed"]
-    if not done or not timed:
-        raise ValueError(f"no finished runs in {protocol if not done else timing}")
-    keys = shared_keys(done + timed, NOT_CELL)
-    timings = {cell: cell_timing(rs) for cell, rs in by_cell(timed, keys).items()}
+    if not done:
+        raise ValueError(f"no finished runs in {protocol}")
+    timed = {}
+    for timing in timings:
+        timed[timing] = [r for r in final_records(timing).values() if r.get("settings") and r["status"] == "completed"]
+        if not timed[timing]:
+            raise ValueError(f"no finished runs in {timing}")
+    keys = shared_keys(done + [r for rs in timed.values() for r in rs], NOT_CELL)
+    cell_timings = {cell: (cell_timing(rs), str(timing))
+                    for timing, records in timed.items() for cell, rs in by_cell(records, keys).items()}
     groups, missing = [], []
     for cell, rs in by_cell(done, keys).items():
         settings = dict(cell)
         name = ", ".join(f"{short}={json.loads(settings[k])}" for k, short in NAMED if k in settings)
-        if cell not in timings:
+        if cell not in cell_timings:
             missing.append(name)
             continue
-        upper, lower = group_seconds([r["epochs"] for r in rs], timings[cell])
+        t, timing = cell_timings[cell]
+        upper, lower = group_seconds([r["epochs"] for r in rs], t)
         groups.append({"cell": name, "mixer": rs[0]["mixer"], "runs": len(rs), "epochs": max(r["epochs"] for r in rs),
                        "run_epochs": sum(r["epochs"] for r in rs), "upper_s": upper, "lower_s": lower,
-                       **{f"{k}_s": v for k, v in timings[cell].items() if k != "group_size"}})
-    return {"groups": groups, "missing": missing, "devices": sorted({r.get("device", "?") for r in timed})}
+                       "timing": timing, **{f"{k}_s": v for k, v in t.items() if k != "group_size"}})
+    devices = sorted({r.get("device", "?") for rs in timed.values() for r in rs})
+    return {"groups": groups, "missing": missing, "devices": devices}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m zoo.bench.grid_cost", description=__doc__.splitlines()[0])
     parser.add_argument("protocol", type=Path, help="a finished sweep's folder (its runs' epochs)")
-    parser.add_argument("timing", type=Path, help="the same cells trained a few epochs, early stopping off")
+    parser.add_argument("timings", type=Path, nargs="+",
+                        help="the same cells trained a few epochs, early stopping off; where several folders time "
+                             "a cell, the last one's timing counts")
     parser.add_argument("--gpus", type=positive_counts, default="1,4,8", help="GPU counts to schedule the groups on")
     parser.add_argument("--json", type=Path, help="also write every group's numbers to this file")
     args = parser.parse_args(argv)
     try:
-        cost = grid_cost(args.protocol, args.timing)
+        cost = grid_cost(args.protocol, *args.timings)
     except ValueError as e:
         print(f"grid_cost: {e}", file=sys.stderr)
         return 2
     groups = cost["groups"]
-    print(f"timed on: {', '.join(cost['devices'])}; {len(groups)} groups priced"
+    sources = ""
+    if len(args.timings) > 1:
+        counts = {str(t): sum(g["timing"] == str(t) for g in groups) for t in args.timings}
+        sources = " (" + ", ".join(f"{n} timed in {t}" for t, n in counts.items()) + ")"
+    print(f"timed on: {', '.join(cost['devices'])}; {len(groups)} groups priced{sources}"
           + (f", {len(cost['missing'])} without a timing: {'; '.join(cost['missing'])}" if cost["missing"] else ""))
     by_mixer: dict[str, list[dict]] = defaultdict(list)
     for g in groups:
