@@ -45,7 +45,7 @@ from zoo.kernels.backend import FLA_CHUNK_MODULES_BROKEN_ON_HOPPER, fla_chunks_u
 from zoo.kernels.embedding.sorted_sum import embedding_backward
 from zoo.kernels.gatedfwa import gate_cumsum, gated_window_attention
 from zoo.kernels.gatedfwa.attention import KERNELS as ATTENTION_KERNELS, Blocks, attention_bwd, attention_fwd, \
-    default_blocks
+    default_blocks, log2_gate
 from zoo.kernels.gatedfwa.naive import gate_cumsum_ref
 from zoo.kernels.long_conv import gated_long_conv
 from zoo.kernels.partial_sums import sum_rows
@@ -178,9 +178,7 @@ def attention_blocks_rows(B, H, T, D, window, dtype):
     launch time, which dominates the small shapes under ``do_bench``, stays out."""
     torch.manual_seed(0)
     q, k, v = (torch.randn(B, T, H, D, device="cuda", dtype=dtype) for _ in range(3))
-    # the kernels' gate: u in log2 units, (B, H, T) contiguous, as the autograd wrapper hands it over
-    u = (gate_cumsum(torch.randn(B, T, H, device="cuda"), torch.ones(B, T, H, device="cuda")) * 1.4426950408889634)
-    u = u.transpose(1, 2).contiguous().transpose(1, 2)
+    u = log2_gate(gate_cumsum(torch.randn(B, T, H, device="cuda"), torch.ones(B, T, H, device="cuda")))
     do, scale = torch.randn_like(q), D ** -0.5
     o, lse = attention_fwd(q, k, v, u, window, scale)
     calls = {"fwd": lambda blocks: attention_fwd(q, k, v, u, window, scale, blocks),
@@ -594,7 +592,8 @@ def main(argv: list[str] | None = None):
     parser.add_argument("--shapes", nargs="*", type=shape_of("B,H,T,D,window"),
                         default=[(1, 16, 65536, 64, 512), (256, 2, 512, 64, 256)],
                         help="attention shapes B,H,T,D,window")
-    parser.add_argument("--attention-blocks", nargs="*", type=shape_of("B,H,T,D,window"), default=[(256, 2, 512, 64, 256)],
+    parser.add_argument("--attention-blocks", nargs="*", type=shape_of("B,H,T,D,window"),
+                        default=[(256, 2, 512, 64, 256)],
                         help="attention shapes B,H,T,D,window: each kernel of ours per launch (block sizes, warps, "
                              "stages), the table's first")
     parser.add_argument("--dtype", choices=sorted(DTYPES), default="bf16")

@@ -336,14 +336,20 @@ def _precision(q: torch.Tensor) -> str:
     return "ieee" if q.dtype == torch.float32 else "tf32"
 
 
+def log2_gate(u: torch.Tensor) -> torch.Tensor:
+    """The kernels' gate of u (B, T, H): float32 in log2 units (u * log2(e)), laid out (B, H, T) behind a
+    (B, T, H) view, so that each key block loads one contiguous vector."""
+    return (u.float() * LOG2E.value).transpose(1, 2).contiguous().transpose(1, 2)
+
+
 class GatedWindowAttention(torch.autograd.Function):
     """Autograd wrapper of the forward and backward kernels; gradients flow to q, k, v and u."""
 
     @staticmethod
     def forward(ctx, q, k, v, u, window, scale):
         q, k, v = (last_dim_contiguous(x) for x in (q, k, v))
-        if u is not None:  # (B, H, T) in log2 units: contiguous vector loads in the kernels
-            u = (u.float() * LOG2E.value).transpose(1, 2).contiguous().transpose(1, 2)
+        if u is not None:
+            u = log2_gate(u)
         o, lse = attention_fwd(q, k, v, u, window, scale)
         ctx.save_for_backward(q, k, v, u, o, lse)
         ctx.window, ctx.scale = window, scale

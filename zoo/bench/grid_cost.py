@@ -5,8 +5,9 @@ epoch now, early stopping off).
     python -m zoo.bench.grid_cost results/mqar results/mqar_timing [later timings ...] [--gpus 1,4,8] [--json cost.json]
 
 A later timing folder of some cells (timed again after a change to their mixers) replaces those cells' timing and
-keeps the others'; each group says which folder priced it. The timing folder comes from the same sweep file with ``train.max_epochs=2 train.early_stop_accuracy=null`` (every
-cell's group trains all its members for two epochs; ``--runs-per-gpu 1``, so no group shares its GPU). For each
+keeps the others'; each group says which folder priced it. The timing folder comes from the same sweep file with
+``train.max_epochs=2 train.early_stop_accuracy=null`` (every cell's group trains all its members for two epochs;
+``--runs-per-gpu 1``, so no group shares its GPU). For each
 group of the finished sweep (the runs of one cell that differ only in lr), with E its longest member's epochs and
 a_e the members still training in epoch e, from the timing records of that cell:
 
