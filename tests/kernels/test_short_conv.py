@@ -7,14 +7,14 @@ import torch
 
 from zoo.kernels import backend
 from zoo.kernels.short_conv import short_conv
-from zoo.kernels.short_conv import tiled
+from zoo.kernels.short_conv import walk
 from zoo.kernels.short_conv.naive import short_conv_naive
 from zoo.mixers.short_conv import ShortConv
 from graph_capture import assert_replays_like_eager
 
 B, T, C = 2, 11, 13
-SMALL_TILES = tiled.Tiles(block_t=4, block_c=8, num_warps=1)  # T and C are no multiples: partial tiles, filters
-# reaching across borders
+SMALL = walk.Launch(walk.Walk(times=4, channels=8, num_warps=1), walk.Walk(times=4, channels=8, num_warps=1))
+# T and C are no multiples: partial spans and channel blocks, filters reaching across span borders
 
 
 @pytest.fixture(autouse=True)
@@ -36,13 +36,13 @@ def output_and_grads(run, x, weight, bias, activation, dy):
     return (y, *torch.autograd.grad(y, leaves, dy))
 
 
-def triton_small_tiles(x, weight, bias, activation):
-    return tiled.short_conv(x, weight, bias, activation, SMALL_TILES)
+def triton_small_launch(x, weight, bias, activation):
+    return walk.short_conv(x, weight, bias, activation, SMALL)
 
 
-def assert_matches_reference(x, weight, bias, activation, dy=None, rtol=1e-5, atol=1e-5, tiles=SMALL_TILES):
+def assert_matches_reference(x, weight, bias, activation, dy=None, rtol=1e-5, atol=1e-5, launch=SMALL):
     dy = torch.randn(x.shape) if dy is None else dy
-    got = output_and_grads(functools.partial(tiled.short_conv, tiles=tiles), x, weight, bias, activation, dy)
+    got = output_and_grads(functools.partial(walk.short_conv, launch=launch), x, weight, bias, activation, dy)
     want = output_and_grads(short_conv_naive, x, weight, bias, activation, dy)
     assert got[0].is_contiguous() and got[0].dtype == x.dtype
     for g, w in zip(got, want):
@@ -52,16 +52,18 @@ def assert_matches_reference(x, weight, bias, activation, dy=None, rtol=1e-5, at
 @pytest.mark.parametrize("K, with_bias, activation", [(1, True, "silu"), (1, False, None), (2, True, None),
                                                       (3, False, "silu"), (4, True, "silu"), (4, False, None),
                                                       (5, True, "silu")])
-@pytest.mark.parametrize("block_t", [2, 4, 8])
-def test_matches_reference(K, with_bias, activation, block_t):
-    """T = 11 is no multiple of any tile, and with tiles of 2 or 4 times the K - 1 shifted reads (of x forward, of dy and
-    of x for the recomputed silu backward) cross one or more tile borders; K = 1 shifts nothing."""
-    assert_matches_reference(*inputs(K, with_bias), activation, tiles=tiled.Tiles(block_t, 8, 1))
+@pytest.mark.parametrize("times", [2, 4, 8])
+def test_matches_reference(K, with_bias, activation, times):
+    """T = 11 is no multiple of any span, and with spans of 2 or 4 times the K - 1 rows a span reads before its first
+    time (x, forward and backward) and after its last (g recomputed from dy and x, backward) lie in one or more
+    other spans; K = 1 reads none. The forward's and backward's spans differ."""
+    forward, backward = walk.Walk(times, 8, 1), walk.Walk(max(2, times // 2), 8, 1)
+    assert_matches_reference(*inputs(K, with_bias), activation, launch=walk.Launch(forward, backward))
 
 
 @pytest.mark.parametrize("length", [1, 3])
 def test_sequence_shorter_than_the_filter(length):
-    """One tile, most of it past T, and filters reaching before t = 0 from every time."""
+    """One span, most of it past T, and filters reaching before t = 0 from every time."""
     assert_matches_reference(*inputs(4, True, torch.randn(B, length, C)), "silu")
 
 
@@ -81,7 +83,7 @@ def test_bf16_input_gives_bf16_output_and_float32_filter_gradients():
     """As under autocast: bf16 activations, float32 parameters; the reference runs in float32 on the same values."""
     x, weight, bias = inputs(4, True, torch.randn(B, T, C).bfloat16())
     dy = torch.randn(B, T, C).bfloat16()
-    got = output_and_grads(triton_small_tiles, x, weight, bias, "silu", dy)
+    got = output_and_grads(triton_small_launch, x, weight, bias, "silu", dy)
     assert [t.dtype for t in got] == [torch.bfloat16, torch.bfloat16, torch.float32, torch.float32]
     x32 = x.detach().float().requires_grad_()
     want = output_and_grads(short_conv_naive, x32, weight, bias, "silu", dy.float())
@@ -118,7 +120,7 @@ def test_auto_is_the_reference_on_cpu_and_bad_arguments_raise():
     with pytest.raises(ValueError, match="activation='gelu'"):
         short_conv(x, weight, bias, activation="gelu")
     with pytest.raises(ValueError, match="do not fit 13 channels"):
-        tiled.short_conv(x, weight[:-1], bias)
+        walk.short_conv(x, weight[:-1], bias)
 
 
 @pytest.mark.parametrize("activation", [None, "silu"])
