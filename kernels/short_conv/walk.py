@@ -75,12 +75,13 @@ def _row(P, t, c, c_ok, T, s_t, s_c):
 
 
 @triton.jit
-def _taps(W, c, c_ok, sw_c, sw_k, K: tl.constexpr):
-    """Every channel's filter as a tuple of K float32 [BLOCK_C] rows, tap 0 first."""
+def _filter(W, BIAS, c, c_ok, sw_c, sw_k, K: tl.constexpr):
+    """(every channel's filter as a tuple of K float32 [BLOCK_C] rows, tap 0 first; its bias, zero without one)."""
     taps = ()
     for j in tl.static_range(K):
         taps = taps + (tl.load(W + c * sw_c + j * sw_k, mask=c_ok, other=0.0).to(tl.float32),)
-    return taps
+    bias = tl.load(BIAS + c, mask=c_ok, other=0.0).to(tl.float32) if BIAS is not None else tl.zeros_like(taps[0])
+    return taps, bias
 
 
 @triton.jit
@@ -125,8 +126,7 @@ def _forward_kernel(X, W, BIAS, Y, T, C, sx_b, sx_t, sx_c, sw_c, sw_k, K: tl.con
     X += b * sx_b
     Y += b * T * C
     start = tl.program_id(0) * TIMES
-    taps = _taps(W, c, c_ok, sw_c, sw_k, K)
-    bias = tl.load(BIAS + c, mask=c_ok, other=0.0).to(tl.float32) if BIAS is not None else tl.zeros_like(taps[0])
+    taps, bias = _filter(W, BIAS, c, c_ok, sw_c, sw_k, K)
     window = _window(X, start - 1, c, c_ok, T, sx_t, sx_c, K)  # its oldest row drops out at the first step
     ahead = _row(X, start, c, c_ok, T, sx_t, sx_c)
     for t in range(start, tl.minimum(start + TIMES, T)):
@@ -148,8 +148,7 @@ def _backward_kernel(X, W, BIAS, DY, DX, PARTIAL, T, C, sx_b, sx_t, sx_c, sd_b, 
     DX += b * T * C
     start = tl.program_id(0) * TIMES
     end = tl.minimum(start + TIMES, T)
-    taps = _taps(W, c, c_ok, sw_c, sw_k, K)
-    bias = tl.load(BIAS + c, mask=c_ok, other=0.0).to(tl.float32) if BIAS is not None else tl.zeros_like(taps[0])
+    taps, bias = _filter(W, BIAS, c, c_ok, sw_c, sw_k, K)
     # g at the K - 1 times after the span, newest last (zero past T): dx at the span's last times reads them
     later = ()
     for d in tl.static_range(K - 1, 0, -1):

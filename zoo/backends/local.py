@@ -238,4 +238,3 @@ def train(groups: list[list], out: Path, options: Options, finish, running, star
                     finish(w.group[reply["member"]], reply["record"])
                 else:
                     settle(w, reply)
-
