@@ -13,6 +13,7 @@ from torch import nn
 
 from zoo.kernels.embedding import Embedding
 from zoo.kernels.layer_norm import LayerNorm
+from zoo.kernels.linear import linear
 from zoo.kernels.rows import rows_at
 from zoo.errors import ConfigError
 from zoo.mixers.registry import POSITIONS, get_mixer
@@ -53,8 +54,8 @@ class Block(nn.Module):
 
     With ``positions`` (B, K) only those rows of the block's outputs are wanted (the last block: its outputs reach
     the head alone, and the state mixer works row by row): it returns (B, K, D) rows. A mixer with
-    ``outputs_at_positions`` then computes its output at those rows alone (attention: K queries instead of L) when
-    K <= ``PICKED_SHARE`` * L; any other mixer's output is picked after it. The loss and every gradient are those of
+    ``outputs_at_positions`` then computes its output at those rows alone (attention: K queries instead of L; the
+    recurrent and convolutional mixers: their last projection) when K <= ``PICKED_SHARE`` * L; any other mixer's output is picked after it. The loss and every gradient are those of
     the full computation (the rows left out reach no loss); only attention dropout draws other random numbers.
     """
 
@@ -241,8 +242,9 @@ class LanguageModel(nn.Module):
         return self.norm(x) if update is None else self.norm.after_add(x, update)[1]
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """(..., D) hidden states -> (..., V) logits through the tied embedding."""
-        return hidden @ self.embed.weight.t()
+        """(..., D) hidden states -> (..., V) logits through the tied embedding (``zoo.kernels.linear``: under bf16
+        autocast on a GPU its weight gradient comes out of the matmul in float32, with no cast kernel)."""
+        return linear(hidden, self.embed.weight, None)
 
     def state_size(self, seq_len: int) -> int | None:
         """Values (elements, not bytes) of state one sequence needs at inference after ``seq_len``

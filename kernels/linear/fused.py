@@ -11,9 +11,10 @@ gradient's dtype, bf16 under autocast, before the cast to the float32 parameter)
 
 Everything else is ``F.linear``'s: the forward with cuBLAS's bias epilogue, the input and weight gradients as
 matmuls, all in autocast's dtype when autocast is on (the inputs cast as autocast casts them), the input and
-weight gradients returned in the dtypes of x and weight.
+weight gradients returned in the dtypes of x and weight; the weight gradient of a float32 weight under 16-bit
+autocast on a GPU comes out of its matmul in float32 (``grads.weight_grad``: no rounding, no cast kernel).
 
-Shapes: x [..., K], weight [N, K], bias [N] -> y [..., N].
+Shapes: x [..., K], weight [N, K], bias [N] or None -> y [..., N].
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ import triton.language as tl
 from zoo.kernels.autocast import matmul_dtype
 from zoo.kernels.backend import not_compiled
 from zoo.kernels.layout import resident_programs
+from zoo.kernels.linear.grads import weight_grad
 from zoo.kernels.partial_sums import sum_rows
 
 TILE = 4096  # values per program and loop step: 16 per thread with 8 warps
@@ -69,9 +71,10 @@ def column_sum(x: torch.Tensor) -> torch.Tensor:
 class _Linear(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, dtype):
-        xc, wc, bc = (x, weight, bias) if dtype is None else (x.to(dtype), weight.to(dtype), bias.to(dtype))
+        xc, wc = (x, weight) if dtype is None else (x.to(dtype), weight.to(dtype))
+        bc = bias if bias is None or dtype is None else bias.to(dtype)
         ctx.save_for_backward(xc if ctx.needs_input_grad[1] else None, wc if ctx.needs_input_grad[0] else None)
-        ctx.dtypes = x.dtype, weight.dtype, bias.dtype
+        ctx.dtypes = x.dtype, weight.dtype, None if bias is None else bias.dtype
         return F.linear(xc, wc, bc)
 
     @staticmethod
@@ -82,14 +85,15 @@ class _Linear(torch.autograd.Function):
         if dy2.stride(-1) != 1:
             dy2 = dy2.contiguous()
         dx = (dy @ wc).to(x_dtype) if ctx.needs_input_grad[0] else None
-        dw = (dy2.t() @ xc.reshape(-1, xc.shape[-1])).to(w_dtype) if ctx.needs_input_grad[1] else None
-        db = column_sum(dy2).to(b_dtype) if ctx.needs_input_grad[2] else None
+        dw = weight_grad(dy2, xc.reshape(-1, xc.shape[-1]), w_dtype) if ctx.needs_input_grad[1] else None
+        db = column_sum(dy2).to(b_dtype) if b_dtype is not None and ctx.needs_input_grad[2] else None
         return dx, dw, db, None
 
 
 # Opaque to torch.compile: Inductor has nothing to fuse into a hand-written kernel.
 @not_compiled
-def linear_triton(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
-    """x [..., K] @ weight [N, K]^T + bias [N] -> [..., N]; under autocast (on x's device type) the three are cast
-    to its dtype first, as ``F.linear``'s are. The bias gradient is :func:`column_sum` of the output gradient."""
+def linear_triton(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """x [..., K] @ weight [N, K]^T + bias [N] (or None) -> [..., N]; under autocast (on x's device type) they are
+    cast to its dtype first, as ``F.linear``'s are. The bias gradient is :func:`column_sum` of the output
+    gradient."""
     return _Linear.apply(x, weight, bias, matmul_dtype(x))

@@ -11,7 +11,9 @@ input gradients in x's dtype, a float32 pass per layer each way at MQAR N=512, d
 Here x is cast once and each part is one matmul into its own [M, n] tensor; backward, dx accumulates the parts'
 products (bf16 inputs on CUDA: in float32 inside the matmuls, ``addmm`` with a float32 output, rounded once to x's
 dtype; elsewhere in the matmul dtype, one rounding per part, as autograd sums the gradients of a tensor used twice).
-Parts and weight gradients are the reference's bits.
+Parts are the reference's bits; so are the weight gradients, but for a float32 weight under 16-bit autocast on a
+GPU, whose gradient comes out of its matmul in float32 (``grads.weight_grad``), not rounded to 16 bits and cast.
+One part (a single projection, the model's tied head) keeps dx in the matmul's dtype: there is nothing to sum.
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from zoo.kernels.autocast import matmul_dtype
+from zoo.kernels.linear.grads import SIXTEEN_BIT, weight_grad
 
 
 def _column_sum(g: torch.Tensor) -> torch.Tensor:
@@ -50,7 +53,7 @@ class _LinearParts(torch.autograd.Function):
         grads = [g.reshape(-1, g.shape[-1]) for g in grads]
         dx = None
         if ctx.needs_input_grad[0]:
-            wide = grads[0].is_cuda and grads[0].dtype in (torch.bfloat16, torch.float16)
+            wide = grads[0].is_cuda and grads[0].dtype in SIXTEEN_BIT and len(grads) > 1
             if wide:  # float32 sums inside the matmuls: no rounding per part, no add kernels
                 dx = torch.mm(grads[0], wcs[0], out_dtype=torch.float32)
                 for g, w in zip(grads[1:], wcs[1:]):
@@ -63,7 +66,7 @@ class _LinearParts(torch.autograd.Function):
         param_grads = []
         x2 = None if xc is None else xc.reshape(-1, xc.shape[-1])
         for i, g in enumerate(grads):
-            dw = (g.t() @ x2).to(w_dtypes[i]) if ctx.needs_input_grad[2 + 2 * i] else None
+            dw = weight_grad(g, x2, w_dtypes[i]) if ctx.needs_input_grad[2 + 2 * i] else None
             db = _column_sum(g).to(b_dtypes[i]) if ctx.needs_input_grad[3 + 2 * i] else None
             param_grads += [dw, db]
         return dx, None, *param_grads

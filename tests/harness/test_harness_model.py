@@ -148,6 +148,27 @@ def test_last_block_computes_its_outputs_at_the_labelled_rows_alone(picked, mixe
     assert len(picked) == picks
 
 
+@pytest.mark.parametrize("mixer, projection", [("mamba", "out_proj"), ("mamba2", "out_proj"), ("hyena", "out_proj"),
+                                                ("rwkv", "output"), ("based", "inner.o_proj")])
+def test_recurrent_and_conv_mixers_project_the_labelled_rows_alone(mixer, projection):
+    """The other mixers run their sequence work on every row, then their last projection on the K labelled rows of
+    the last block alone: the same outputs and gradients as the full forward's rows (float64), the projection fed
+    (B, K, .) rows."""
+    torch.manual_seed(0)
+    model = LanguageModel(40, 32, n_layers=2, mixer=mixer, max_seq_len=32, dropout=0.0).double()
+    ids = torch.randint(0, 40, (3, 32))
+    positions = torch.tensor([[3, 7, 15, 31], [24, 25, 26, 27], [0, 1, 2, 9]])
+    rows = []
+    model.blocks[-1].mixer.get_submodule(projection).register_forward_hook(lambda m, args, out: rows.append(
+        args[0].shape[:-1]))
+    got = logits_and_grads(model, lambda m, i, p: m(i, p), ids, positions, False)
+    assert rows == [(3, 4)]
+    want = logits_and_grads(model, lambda m, i, p: rows_at(m(i), p), ids, positions, False)
+    assert rows[1:] == [(3, 32)] and len(got) == len(want) > 1
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-12)
+
+
 def test_attention_dropout_applies_to_the_labelled_rows_queries():
     torch.manual_seed(0)
     model = LanguageModel(40, 32, n_layers=1, mixer="softmax", max_seq_len=32, dropout=0.5)

@@ -30,9 +30,10 @@ def test_column_sum_reads_strided_rows_bf16_an_empty_input_and_float64():
 
 
 def run(name, x, w, b, dy, bf16=False):
-    leaves = [t.detach().clone().requires_grad_() for t in (x, w, b)]
+    """y and the gradients of x, w and b (if not None) through ``linear`` on backend ``name``."""
+    leaves = [t.detach().clone().requires_grad_() for t in (x, w, b) if t is not None]
     with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=bf16):
-        y = linear(*leaves, backend=name)
+        y = linear(*leaves, *([None] if b is None else []), backend=name)
     assert backend.last_backend("linear") == name
     y.backward(dy.to(y.dtype))
     return y, *(t.grad for t in leaves)
@@ -69,7 +70,7 @@ def test_a_strided_output_gradient_and_inputs_without_gradient():
     torch.testing.assert_close(wl.grad, run("naive", x, w, b, torch.ones_like(dy))[2], rtol=1e-5, atol=1e-5)
 
 
-def test_module_is_an_nn_linear_with_its_state_dict_and_without_bias_runs_f_linear():
+def test_module_is_an_nn_linear_with_its_state_dict_and_runs_without_a_bias():
     layer, plain = Linear(6, 4), torch.nn.Linear(6, 4)
     layer.load_state_dict(plain.state_dict())
     assert isinstance(layer, torch.nn.Linear) and list(layer.state_dict()) == ["weight", "bias"]
@@ -78,8 +79,13 @@ def test_module_is_an_nn_linear_with_its_state_dict_and_without_bias_runs_f_line
     no_bias = Linear(6, 4, bias=False)
     torch.testing.assert_close(no_bias(x), F.linear(x, no_bias.weight))
     assert backend.last_backend("linear") == "naive"
-    with pytest.raises(ValueError, match="bias=None is not valid for backend='triton'"):
-        linear(x, no_bias.weight, None, backend="triton")
+    x, w, _, dy = inputs()
+    for bf16 in (False, True):  # the Function without a bias: F.linear's output, x and weight gradients
+        got, want = run("triton", x, w, None, dy, bf16), run("naive", x, w, None, dy, bf16)
+        assert len(got) == len(want) == 3
+        for g, r in zip(got, want):
+            assert g.dtype == r.dtype
+            torch.testing.assert_close(g, r, rtol=0, atol=0)
 
 
 @pytest.mark.gpu
@@ -98,6 +104,26 @@ def test_gpu_auto_runs_triton_and_matches_f_linear_under_bf16_autocast():
         assert got.dtype == ref.dtype
         torch.testing.assert_close(got, ref, rtol=1e-2, atol=1e-2)
     torch.testing.assert_close(leaves[2].grad, dy.bfloat16().float().sum((0, 1)), rtol=1e-5, atol=1e-2)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+@pytest.mark.parametrize("bias", [True, False])
+def test_gpu_weight_gradient_is_the_float32_sum_of_the_bf16_products(bias):
+    """Under bf16 autocast the float32 weight's gradient comes out of cuBLAS in float32 (``grads.weight_grad``): the
+    float32 product of the bf16 operands, closer to it than autocast's bf16-rounded gradient is."""
+    x, w, b, dy = inputs("cuda", K=128, N=384)
+    x, dy = x.repeat(64, 8, 1), dy.repeat(64, 8, 1)
+    leaves = [t.clone().requires_grad_() for t in (x, w)]
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        y = linear(*leaves, b.clone().requires_grad_() if bias else None)
+    assert backend.last_backend("linear") == "triton"
+    y.backward(dy.bfloat16())
+    exact = dy.bfloat16().double().flatten(0, 1).t() @ x.bfloat16().double().flatten(0, 1)
+    rounded = run("naive", x, w, b, dy, bf16=True)[2]
+    assert leaves[1].grad.dtype == torch.float32
+    err = (leaves[1].grad.double() - exact).abs().max()
+    assert err < 1e-3 * exact.abs().max() and err < (rounded.double() - exact).abs().max()
 
 
 @pytest.mark.gpu

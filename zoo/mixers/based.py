@@ -15,6 +15,7 @@ from torch import nn
 from zoo.kernels.based import based_attention
 from zoo.kernels.linear import Linear
 from zoo.kernels.linear.split import linear_parts
+from zoo.kernels.rows import rows_at
 from zoo.errors import ConfigError
 from zoo.mixers.short_conv import ShortConv
 from zoo.mixers.registry import register_mixer
@@ -28,8 +29,11 @@ class BaseConv(nn.Module):
         self.proj = Linear(d_model, d_model)
         self.conv = ShortConv(d_model, conv_kernel)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + self.proj(x) * self.conv(x)
+    def forward(self, x: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+        if positions is None:
+            return x + self.proj(x) * self.conv(x)
+        x_at = rows_at(x, positions)
+        return x_at + self.proj(x_at) * rows_at(self.conv(x), positions)
 
     def state_numel(self) -> int:
         return self.conv.state_numel()
@@ -44,15 +48,16 @@ class TaylorLinearAttention(nn.Module):
         self.q_proj = nn.Linear(d_model, num_heads * feature_dim, bias=False)
         self.k_proj = nn.Linear(d_model, num_heads * feature_dim, bias=False)
         self.v_proj = nn.Linear(d_model, d_model, bias=False)
-        self.o_proj = nn.Linear(d_model, d_model, bias=False)  # Zoology: proj_o (no "out_proj" scaled init)
+        self.o_proj = Linear(d_model, d_model, bias=False)  # Zoology: proj_o (no "out_proj" scaled init)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
         B, L, D = x.shape
         # x cast once for the three projections, its gradient summed inside their matmuls
         q, k, v = linear_parts(x, [self.q_proj.weight, self.k_proj.weight, self.v_proj.weight])
         o = based_attention(q.view(B, L, self.h, self.f), k.view(B, L, self.h, self.f),
                             v.view(B, L, self.h, D // self.h))
-        return self.o_proj(o.reshape(B, L, D))
+        o = o.reshape(B, L, D)
+        return self.o_proj(o if positions is None else rows_at(o, positions))
 
     def state_numel(self) -> int:
         expanded = 1 + self.f + self.f * (self.f + 1) // 2  # Taylor features, x x^T kept once per pair
@@ -72,6 +77,8 @@ class Based(nn.Module):
         conv_kernel: length of BaseConv's causal conv (3).
     """
 
+    outputs_at_positions = True  # forward(x, positions): each layer's last projection on those rows alone
+
     def __init__(self, d_model: int, layer_idx: int = 0, max_seq_len: int = 2048, feature_dim: int = 8,
                  num_heads: int = 1, conv_kernel: int = 3):
         super().__init__()
@@ -88,8 +95,10 @@ class Based(nn.Module):
         # the linear attention's x reaches its projections alone: the norm before it may write autocast's dtype
         self.input_feeds_one_matmul = layer_idx % 2 == 1
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.inner(x)
+    def forward(self, x: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+        """x (B, L, D) -> (B, L, D), or with ``positions`` (B, K) the outputs at those rows alone, (B, K, D): the
+        layer's last projection on those rows."""
+        return self.inner(x, positions)
 
     def state_size(self, seq_len: int) -> int:
         """Values per sequence: the conv's last ``conv_kernel - 1`` inputs, or the linear attention's

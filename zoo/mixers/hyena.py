@@ -18,6 +18,7 @@ from torch import nn
 from zoo.kernels.implicit_filter import implicit_filter
 from zoo.kernels.linear import Linear
 from zoo.kernels.long_conv import gated_long_conv
+from zoo.kernels.rows import rows_at
 from zoo.errors import ConfigError
 from zoo.mixers.short_conv import ShortConv
 from zoo.mixers.registry import register_mixer
@@ -94,6 +95,7 @@ class Hyena(nn.Module):
     """
 
     input_feeds_one_matmul = True  # x reaches in_proj alone: the norm before it may write autocast's dtype
+    outputs_at_positions = True  # forward(x, positions): out_proj on those rows of the gated conv alone
 
     def __init__(self, d_model: int, layer_idx: int = 0, max_seq_len: int = 2048, short_filter_order: int = 3,
                  filter_order: int = 64, emb_dim: int = 3, num_inner_mlps: int = 2):
@@ -112,9 +114,10 @@ class Hyena(nn.Module):
         self.filter_bias = nn.Parameter(torch.randn(d_model))
         self.out_proj = Linear(d_model, d_model)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+        """x (B, L, D) -> (B, L, D), or with ``positions`` (B, K) the outputs at those rows alone, (B, K, D)."""
         y = gated_long_conv(self.short_conv(self.in_proj(x)), self.filter(x.shape[1]), self.filter_bias)
-        return self.out_proj(y)
+        return self.out_proj(y if positions is None else rows_at(y, positions))
 
     def state_size(self, seq_len: int) -> int:
         """Values per sequence: the long conv needs its whole input history (``seq_len * D``), plus the

@@ -16,7 +16,9 @@ import math
 import torch
 from torch import nn
 
+from zoo.kernels.linear import Linear
 from zoo.kernels.linear.split import split_linear
+from zoo.kernels.rows import rows_at
 from zoo.kernels.selective_scan import selective_scan
 from zoo.errors import ConfigError
 from zoo.mixers.short_conv import ShortConv
@@ -37,6 +39,7 @@ class Mamba(nn.Module):
     """
 
     input_feeds_one_matmul = True  # u reaches in_proj alone: the norm before it may write autocast's dtype
+    outputs_at_positions = True  # forward(u, positions): out_proj on those rows of the scan's output alone
 
     def __init__(self, d_model: int, layer_idx: int = 0, max_seq_len: int = 2048, d_state: int = 16,
                  expand: int = 2, d_conv: int = 4, dt_rank: int | str = "auto", dt_min: float = 1e-3,
@@ -56,21 +59,22 @@ class Mamba(nn.Module):
         self.d_inner, self.d_state, self.dt_rank = E, d_state, dt_rank
         self.in_proj = nn.Linear(d_model, 2 * E, bias=False)
         self.conv = ShortConv(E, d_conv, activation="silu")
-        self.x_proj = nn.Linear(E, dt_rank + 2 * d_state, bias=False)
-        self.dt_proj = nn.Linear(dt_rank, E, bias=False)
+        self.x_proj = Linear(E, dt_rank + 2 * d_state, bias=False)
+        self.dt_proj = Linear(dt_rank, E, bias=False)
         dt = torch.exp(torch.rand(E) * (math.log(dt_max) - math.log(dt_min)) + math.log(dt_min)).clamp(min=1e-4)
         self.dt_bias = nn.Parameter(dt + torch.log(-torch.expm1(-dt)))  # softplus(dt_bias) = dt
         self.A_log = nn.Parameter(torch.log(torch.arange(1, d_state + 1, dtype=torch.float32)).repeat(E, 1))
         self.D = nn.Parameter(torch.ones(E))
-        self.out_proj = nn.Linear(E, d_model, bias=False)
+        self.out_proj = Linear(E, d_model, bias=False)
 
-    def forward(self, u: torch.Tensor) -> torch.Tensor:
+    def forward(self, u: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+        """u (B, L, D) -> (B, L, D), or with ``positions`` (B, K) the outputs at those rows alone, (B, K, D)."""
         x, z = split_linear(u, self.in_proj.weight, [self.d_inner, self.d_inner])  # no concatenated gradient
         x = self.conv(x)
         dt, B, C = self.x_proj(x).split([self.dt_rank, self.d_state, self.d_state], dim=-1)
         y = selective_scan(x, self.dt_proj(dt), -torch.exp(self.A_log.float()), B, C, D=self.D, z=z,
                            delta_bias=self.dt_bias, delta_softplus=True, out_dtype=u.dtype)
-        return self.out_proj(y)
+        return self.out_proj(y if positions is None else rows_at(y, positions))
 
     def state_size(self, seq_len: int) -> int:
         """Values per sequence: the (E, N) SSM state plus the conv's last ``d_conv - 1`` inputs."""

@@ -18,7 +18,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from zoo.kernels.layer_norm import rms_norm
+from zoo.kernels.linear import Linear
 from zoo.kernels.linear.split import split_linear
+from zoo.kernels.rows import rows_at
 from zoo.kernels.ssd import ssd
 from zoo.errors import ConfigError
 from zoo.mixers.short_conv import ShortConv
@@ -54,6 +56,7 @@ class Mamba2(nn.Module):
     """
 
     input_feeds_one_matmul = True  # u reaches in_proj alone: the norm before it may write autocast's dtype
+    outputs_at_positions = True  # forward(u, positions): the gated norm and out_proj on those rows alone
 
     def __init__(self, d_model: int, layer_idx: int = 0, max_seq_len: int = 2048, d_state: int = 128,
                  expand: int = 2, headdim: int = 64, d_conv: int = 4, dt_min: float = 1e-3, dt_max: float = 0.1):
@@ -74,9 +77,11 @@ class Mamba2(nn.Module):
         self.A_log = nn.Parameter(torch.log(torch.empty(self.nheads).uniform_(1, 16)))
         self.D = nn.Parameter(torch.ones(self.nheads))
         self.norm = GatedRMSNorm(d_inner)
-        self.out_proj = nn.Linear(d_inner, d_model, bias=False)
+        self.out_proj = Linear(d_inner, d_model, bias=False)
 
-    def forward(self, u: torch.Tensor) -> torch.Tensor:
+    def forward(self, u: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+        """u (B, L, D) -> (B, L, D), or with ``positions`` (B, K) the outputs at those rows alone, (B, K, D): the
+        gated norm and out_proj on those rows."""
         Bt, L, _ = u.shape
         # each part its own contiguous tensor (the conv's rows 16-byte aligned; no concatenated gradient)
         z, xbc, dt = split_linear(u, self.in_proj.weight, [self.d_inner, self.d_inner + 2 * self.d_state, self.nheads])
@@ -84,7 +89,10 @@ class Mamba2(nn.Module):
         x = x.reshape(Bt, L, self.nheads, self.headdim)
         dt = F.softplus(dt + self.dt_bias)  # float32: autocast's bf16 dt and the float32 bias promote in one kernel
         y = ssd(x, dt, -torch.exp(self.A_log.float()), B, C, self.D)
-        return self.out_proj(self.norm(y.reshape(Bt, L, self.d_inner), z))
+        y = y.reshape(Bt, L, self.d_inner)
+        if positions is not None:
+            y, z = rows_at(y, positions), rows_at(z, positions)
+        return self.out_proj(self.norm(y, z))
 
     def state_size(self, seq_len: int) -> int:
         """Values per sequence: the (N, P) state of every head plus the conv's last ``d_conv - 1`` inputs

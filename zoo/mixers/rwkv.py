@@ -15,6 +15,8 @@ from torch import nn
 
 from zoo.errors import ConfigError
 from zoo.kernels.autocast import matmul_dtype
+from zoo.kernels.linear import Linear
+from zoo.kernels.rows import rows_at
 from zoo.kernels.token_shift import token_shift_mix
 from zoo.kernels.wkv4 import wkv4
 from zoo.mixers.registry import register_mixer
@@ -40,6 +42,8 @@ class RWKV4(nn.Module):
             deviation of zoo's default, this kwarg restores the reference behaviour).
     """
 
+    outputs_at_positions = True  # forward(x, positions): the output projection on those rows of WKV alone
+
     def __init__(self, d_model: int, layer_idx: int = 0, max_seq_len: int = 2048, n_layers: int = 2,
                  init_depth: int | None = None):
         super().__init__()
@@ -56,13 +60,14 @@ class RWKV4(nn.Module):
         self.time_mix_k = nn.Parameter((ddd ** ratio_1_to_almost0).float())
         self.time_mix_v = nn.Parameter((ddd ** ratio_1_to_almost0 + 0.3 * ratio_0_to_1).float())
         self.time_mix_r = nn.Parameter((ddd ** (0.5 * ratio_1_to_almost0)).float())
-        self.key = nn.Linear(D, D, bias=False)
-        self.value = nn.Linear(D, D, bias=False)
-        self.receptance = nn.Linear(D, D, bias=False)
-        self.output = nn.Linear(D, D, bias=False)  # Zoology's name (it gets no "out_proj" scaled init)
+        self.key = Linear(D, D, bias=False)
+        self.value = Linear(D, D, bias=False)
+        self.receptance = Linear(D, D, bias=False)
+        self.output = Linear(D, D, bias=False)  # Zoology's name (it gets no "out_proj" scaled init)
         self.d_model = D
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+        """x (B, L, D) -> (B, L, D), or with ``positions`` (B, K) the outputs at those rows alone, (B, K, D)."""
         # token shift: RWKV-LM's lerp(x_{t-1}, x, mu) = x + (x_{t-1} - x) (1 - mu), x_{t-1} = 0 at t = 0; the three
         # mixes in one pass each way, made in the dtype their projections read under autocast
         mixes = 1 - torch.stack([self.time_mix_k, self.time_mix_v, self.time_mix_r])
@@ -70,7 +75,7 @@ class RWKV4(nn.Module):
         # the receptance gate sigmoid(r) * y inside WKV, its output in the dtype the output projection reads
         y = wkv4(torch.exp(self.time_decay.float()), self.time_first.float(), self.key(xk), self.value(xv),
                  r=self.receptance(xr), out_dtype=matmul_dtype(x) or x.dtype)
-        return self.output(y)
+        return self.output(y if positions is None else rows_at(y, positions))
 
     def state_size(self, seq_len: int) -> int:
         """Values per sequence: WKV's numerator, denominator and running max exponent per channel, plus
