@@ -300,7 +300,7 @@ def rwkv7_rows(B, T, H, K):
 # (as at the grid's Mamba runs at d_model=512), then the forward at other channels and warps
 FORWARD_LAUNCHES = ((32, 1), (64, 1), (128, 2), (64, 4))
 SCAN_LAUNCHES = ([Launch(block_e, warps) for block_e in (16, 32, 64) for warps in (1, 2)]
-                 + [Launch(None, 1, 1, states) for states in STORED_STATES[1:]]
+                 + [Launch(None, 1, 1, states) for states in STORED_STATES[1:]] + [Launch(states_dtype=torch.float32)]
                  + [Launch(forward_block_e=block_e, forward_warps=warps) for block_e, warps in FORWARD_LAUNCHES])
 
 
@@ -325,7 +325,8 @@ def selective_scan_rows(Bt, L, E, N):
     for launch in dict.fromkeys([Launch(), *SCAN_LAUNCHES]):
         channels = "auto" if launch.block_e is None else f"{launch.block_e:>2d}"
         name = (f"ours fwd {launch.forward_block_e} ch {launch.forward_warps} warps, bwd {channels} ch "
-                f"{launch.num_warps} warps, {launch.num_stages} stages, {launch.states} states")
+                f"{launch.num_warps} warps, {launch.num_stages} stages, {launch.states} states"
+                f"{' (float32)' if launch.states_dtype == torch.float32 else ''}")
         rows[name] = timed_pair(lambda: selective_scan(u, dt, A, B, C, D, z, bias, True, launch=launch), grad, leaves)
     try:
         rows["mamba-ssm selective_scan_fn"] = timed_pair(

@@ -71,6 +71,13 @@ recompute's decay) was no faster at any launch tried, 1 or 2 warps and 32 or 64 
 forward + backward at the first shape): compiled for sm_90 it holds 255 registers and spills 450 to 950 bytes at
 64 channels, and at 32 fits but leaves twice the programs.
 
+Stored states in bf16 where the inputs are 16-bit (``Launch.states_dtype``, None by default): the forward walks in
+float32 and rounds only what it stores, so y is unchanged, and the backward reads h_{t-1} (and recomputes the odd
+ones) from bf16 values: its gradients carry bf16's rounding of the states, as autocast's bf16 activations do
+elsewhere in the model. The state tensor is the largest memory traffic of both kernels (at Bt=128, L=512, E=1024,
+N=16: 2.15 GB written and read back a call in float32, against 0.13 GB for each (Bt, L, E) bf16 input), so this
+halves it. ``states_dtype=torch.float32`` keeps them exact.
+
 Loading ahead: every walk loads step t's input rows (u, dt, B, C, z, the output gradient, and in the chunked
 backward h_{t-1} from its scratch) during the step before, so a load's latency overlaps a step's work instead of
 stalling the chain.
@@ -122,10 +129,10 @@ from zoo.kernels.partial_sums import sum_blocks, sum_first
 from zoo.kernels.stable import sigmoid, sigmoid_of
 from zoo.kernels.stored_states import check_states, constexprs, kernel_n_states, n_states, states_mode
 
-# Largest float32 state tensor a call keeps for the backward in "auto": half's (Bt, L // 2 + 1, N, E) or so; above
-# it the chunked mode keeps 1/CHUNK of every state. The docstring's shapes keep 0.5 and 2.2 GB a layer. The budget is
-# per call, so a deep model near it keeps a multiple of it and may want it lower. It must stay at most 8 GiB (2^31
-# float32): the kernels address the states with int32 offsets.
+# Largest state tensor a call keeps for the backward in "auto": half's (Bt, L // 2 + 1, N, E) or so; above it the
+# chunked mode keeps 1/CHUNK of every state. The docstring's shapes keep 0.5 and 2.2 GB a layer in float32, half that
+# in bf16. The budget is per call, so a deep model near it keeps a multiple of it and may want it lower. It must stay
+# at most 2^31 elements (8 GiB of float32, 4 GiB of bf16): the kernels address the states with int32 offsets.
 STATE_BUDGET_BYTES = 4 * 2**30
 
 # Chunked mode: steps between stored states. They cost 1/CHUNK of storing every h_t, while the backward's scratch
@@ -142,10 +149,11 @@ def _n_states(L: int, mode: str) -> int:
     return n_states(L, mode, CHUNK)
 
 
-def _states_mode(Bsz: int, L: int, E: int, N: int, states: str) -> str:
-    """The mode a call runs (``zoo.kernels.stored_states.states_mode``): half where its (Bsz, n, N, E) float32
-    states fit ``STATE_BUDGET_BYTES``, else chunked, unless ``states`` names one."""
-    return states_mode(states, L, Bsz * E * N * 4, STATE_BUDGET_BYTES, CHUNK, PREFERRED)
+def _states_mode(Bsz: int, L: int, E: int, N: int, states: str, dtype: torch.dtype) -> str:
+    """The mode a call runs (``zoo.kernels.stored_states.states_mode``): half where its (Bsz, n, N, E) states of
+    ``dtype`` fit ``STATE_BUDGET_BYTES``, else chunked, unless ``states`` names one."""
+    return states_mode(states, L, Bsz * E * N * dtype.itemsize, STATE_BUDGET_BYTES, CHUNK, PREFERRED)
+
 
 
 @triton.jit
@@ -192,6 +200,18 @@ def _stored_states(state_ptr, b, e, n, L, E, N: tl.constexpr, CHUNK: tl.constexp
     EVERY-th k (at k // EVERY) and h_L (at cdiv(L, EVERY)); chunked stores the state entering chunk k."""
     n_states = kernel_n_states(L, CHUNK, STORE_ALL, EVERY)
     return state_ptr + (b * n_states * N + n[:, None]) * E + e[None, :]
+
+
+@triton.jit
+def _keep(ptr, h, emask):
+    """Store the float32 state tile h at ``ptr`` in the stored states' dtype (16-bit where the inputs are)."""
+    tl.store(ptr, h.to(ptr.dtype.element_ty), mask=emask[None, :])
+
+
+@triton.jit
+def _kept(ptr, emask):
+    """A stored state tile, in float32."""
+    return tl.load(ptr, mask=emask[None, :], other=0.0).to(tl.float32)
 
 
 @triton.jit
@@ -245,7 +265,7 @@ def _scan_fwd_kernel(u_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr,
     Dskip = tl.load(D_ptr + e, mask=emask, other=0.0) if HAS_D else tl.zeros([BLOCK_E], dtype=tl.float32)
     states = _stored_states(state_ptr, b, e, n, L, E, N, CHUNK, STORE_ALL, EVERY)
     h = tl.zeros([N, BLOCK_E], dtype=tl.float32)
-    tl.store(states, h, mask=emask[None, :])
+    _keep(states, h, emask)
     if STORE_ALL:
         # two steps a loop step, so the state to keep is the loop step's last (with EVERY = 2) and the two steps'
         # independent work (their exponentials, their outputs' sums) can overlap; the next two steps' rows are loaded
@@ -265,21 +285,21 @@ def _scan_fwd_kernel(u_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr,
                                 sC_n, HAS_Z)
             h = _fwd_step(h, now, t, A, bias, Dskip, y_ptr, b, e, emask, L, E, HAS_D, HAS_Z, HAS_BIAS, SOFTPLUS)
             if EVERY == 1:
-                tl.store(states + (t + 1) * E * N, h, mask=emask[None, :])
+                _keep(states + (t + 1) * E * N, h, emask)
             h = _fwd_step(h, now_1, t + 1, A, bias, Dskip, y_ptr, b, e, emask, L, E, HAS_D, HAS_Z, HAS_BIAS,
                           SOFTPLUS)
-            tl.store(states + ((t + 2) // EVERY) * E * N, h, mask=emask[None, :])
+            _keep(states + ((t + 2) // EVERY) * E * N, h, emask)
         if L % 2 == 1:  # the last step alone; h_L is stored at cdiv(L, EVERY) in both modes
             h = _fwd_step(h, rows, L - 1, A, bias, Dskip, y_ptr, b, e, emask, L, E, HAS_D, HAS_Z, HAS_BIAS,
                           SOFTPLUS)
-            tl.store(states + ((L + EVERY - 1) // EVERY) * E * N, h, mask=emask[None, :])
+            _keep(states + ((L + EVERY - 1) // EVERY) * E * N, h, emask)
     else:
         # chunked: the state entering each chunk is kept; step t's rows are loaded during step t - 1
         rows = _step_rows(u_ptr, dt_ptr, B_ptr, C_ptr, z_ptr, b, 0, e, n, emask, su_b, su_t, su_e, sdt_b, sdt_t,
                           sdt_e, sz_b, sz_t, sz_e, sB_b, sB_t, sB_n, sC_b, sC_t, sC_n, HAS_Z)
         for c in range(tl.cdiv(L, CHUNK)):
             if c > 0:
-                tl.store(states + c * E * N, h, mask=emask[None, :])
+                _keep(states + c * E * N, h, emask)
             for t in range(c * CHUNK, tl.minimum(c * CHUNK + CHUNK, L)):
                 now = rows
                 rows = _step_rows(u_ptr, dt_ptr, B_ptr, C_ptr, z_ptr, b, tl.minimum(t + 1, L - 1), e, n, emask,
@@ -336,9 +356,9 @@ def _scan_bwd_kernel(u_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr,
         start = c * span
         end = tl.minimum(start + span, L)
         if STORE_ALL:
-            h = tl.load(states + ((L + EVERY - 1) // EVERY) * E * N, mask=emask[None, :], other=0.0)
+            h = _kept(states + ((L + EVERY - 1) // EVERY) * E * N, emask)
         else:
-            h = tl.load(states + c * E * N, mask=emask[None, :], other=0.0)
+            h = _kept(states + c * E * N, emask)
             walk = _step_rows(u_ptr, dt_ptr, B_ptr, C_ptr, z_ptr, b, start, e, n, emask, su_b, su_t, su_e, sdt_b,
                               sdt_t, sdt_e, sz_b, sz_t, sz_e, sB_b, sB_t, sB_n, sC_b, sC_t, sC_n, False, False)
             for t in range(start, end):
@@ -358,7 +378,7 @@ def _scan_bwd_kernel(u_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr,
             rows = rows_before  # step t - 1's
             gy = gy_next
             if STORE_ALL:  # h_k, the last stored state at or before h_{t-1}
-                h_prev = tl.load(states + (t // EVERY) * E * N, mask=emask[None, :], other=0.0)
+                h_prev = _kept(states + (t // EVERY) * E * N, emask)
             else:
                 h_prev = h_prev_next
             if STORE_ALL and EVERY == 2:
@@ -415,12 +435,15 @@ class Launch(NamedTuple):
     """How the scan kernels are launched: the backward's channels per program (None: ``_block_e`` chooses) and warps
     per program, both kernels' software-pipelining stages of the time loop, which states the forward keeps for the
     backward (``"auto"``: every other state within ``STATE_BUDGET_BYTES``, else the chunked mode; ``"all"``,
-    ``"half"`` or ``"chunked"`` to choose), and the forward's channels per program (at most the input's, rounded up
-    to a power of two) and warps. ``python -m zoo.kernels.bench --selective-scan ...`` times the choices on a GPU."""
+    ``"half"`` or ``"chunked"`` to choose) and in which dtype (``states_dtype``; None: bf16 where u is a 16-bit
+    tensor, else float32; ``torch.float32`` keeps them exact under autocast too), and the forward's channels per
+    program (at most the input's, rounded up to a power of two) and warps. ``python -m zoo.kernels.bench
+    --selective-scan ...`` times the choices on a GPU."""
     block_e: int | None = None
     num_warps: int = 1
     num_stages: int = 1
     states: str = "auto"
+    states_dtype: torch.dtype | None = None
     # The forward's two-step walk took 64 channels and 2 warps a program at every shape measured on an H100 (``Bt,
     # L, E`` = 256, 256, 256; 128, 512, 1024; 128, 512, 512; 128, 512, 128; 512, 128, 512, N = 16; 8 launches of 16
     # to 128 channels and 1 to 4 warps): 5 to 26% faster than the one-step walk at its best launch. The backward,
@@ -434,6 +457,14 @@ class Launch(NamedTuple):
 # programs or more (Bt=256, E=256 and larger shapes), and 35% slower than 32 where they left 256 (Bt=128, E=128, where
 # 16 channels, 1024 programs, were fastest). (Timed as forward + backward, when the forward took the same launch.)
 MIN_PROGRAMS = 1024
+
+
+def _states_dtype(u: torch.Tensor, launch: Launch) -> torch.dtype:
+    """The stored states' dtype: ``launch.states_dtype``, or bf16 where u is 16-bit (float16's range could not hold
+    every state), else float32."""
+    if launch.states_dtype is not None:
+        return launch.states_dtype
+    return torch.bfloat16 if u.dtype in (torch.bfloat16, torch.float16) else torch.float32
 
 
 def _block_e(Bsz: int, E: int, launch: Launch) -> int:
@@ -464,8 +495,9 @@ class SelectiveScanFunction(torch.autograd.Function):
         # the kernels hold (N, channels) tiles, channels across a warp's lanes: A and the states are laid out so
         A, D, delta_bias = A.float().t().contiguous(), _f32(D), _f32(delta_bias)
         y = torch.empty(Bsz, L, E, device=u.device, dtype=out_dtype)
-        mode = _states_mode(Bsz, L, E, N, launch.states)
-        states = torch.empty(Bsz, _n_states(L, mode), N, E, device=u.device, dtype=torch.float32)
+        states_dtype = _states_dtype(u, launch)
+        mode = _states_mode(Bsz, L, E, N, launch.states, states_dtype)
+        states = torch.empty(Bsz, _n_states(L, mode), N, E, device=u.device, dtype=states_dtype)
         block = min(triton.next_power_of_2(E), launch.forward_block_e)
         _scan_fwd_kernel[(Bsz, triton.cdiv(E, block))](
             u, dt, A, B, C, D, z, delta_bias, y, states, L, E,

@@ -19,7 +19,7 @@ def use_mode(monkeypatch, mode, chunk):
     chunked with a zero budget (and ``chunk`` steps a chunk)."""
     if mode == "all":
         monkeypatch.setattr(fused_recurrent, "_states_mode",
-                            lambda Bsz, L, E, N, states: "all" if states == "auto" else states)
+                            lambda Bsz, L, E, N, states, dtype: "all" if states == "auto" else states)
     if mode == "chunked":
         monkeypatch.setattr(fused_recurrent, "STATE_BUDGET_BYTES", 0)
         monkeypatch.setattr(fused_recurrent, "CHUNK", chunk)
@@ -130,6 +130,29 @@ def test_triton_takes_strided_low_precision_views(monkeypatch, device, mode):
     torch.testing.assert_close(got[0].double(), want[0], rtol=1e-4, atol=1e-4)
     for g_, w in zip(got[1:], want[1:]):  # gradients rounded to bf16
         torch.testing.assert_close(g_.double(), w, rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_16_bit_inputs_keep_bf16_states_unless_told(monkeypatch, device, mode):
+    """With bf16 inputs the forward keeps its states in bf16 (half the bytes written and read back): y is the same
+    (the forward walks in float32 and only stores them), the gradients as close to the float32 states' as bf16
+    rounding of the states allows; ``states_dtype=torch.float32`` keeps them exact."""
+    use_mode(monkeypatch, mode, chunk=4)
+    shape = (2, 9, 40, 4) if device == "cpu" else (3, 70, 200, 16)
+    args, kwargs = inputs(*shape, torch.float32, device=device, options=OPTIONS)
+    args = [a.bfloat16() if a.dim() == 3 else a for a in args]  # u, dt, B, C in bf16; A float32
+    kwargs["z"] = kwargs["z"].bfloat16()
+    gy = torch.randn(shape[:3], device=device)
+    exact = fused_recurrent.Launch(states_dtype=torch.float32)
+    for launch, dtype in ((fused_recurrent.Launch(), torch.bfloat16), (exact, torch.float32)):
+        y = selective_scan(*args, **kwargs, delta_softplus=True, launch=launch)
+        assert y.grad_fn.saved_tensors[-1].dtype == dtype
+    got = grads(selective_scan, args, kwargs, gy, softplus=True)
+    want = grads(lambda *a, **k: selective_scan(*a, **k, launch=exact), args, kwargs, gy, softplus=True)
+    assert torch.equal(got[0], want[0]) and len(got) == len(want) > 5
+    for g, w in zip(got[1:], want[1:]):
+        torch.testing.assert_close(g.float(), w.float(), rtol=0, atol=2e-2 * w.float().abs().max().item())
 
 
 @pytest.mark.parametrize("mode", MODES)
