@@ -290,6 +290,8 @@ def rwkv7_rows(B, T, H, K):
     for states in STORED_STATES[1:]:
         launch = Rwkv7Launch(states=states)
         rows[f"ours, {states} states"] = timed_pair(lambda: rwkv7_fused(*leaves, launch=launch), grad, leaves)
+    exact = Rwkv7Launch(states_dtype=torch.float32)
+    rows["ours, float32 states"] = timed_pair(lambda: rwkv7_fused(*leaves, launch=exact), grad, leaves)
     rows["chunked PyTorch form"] = timed_pair(lambda: rwkv7_op.rwkv7(*leaves, backend="chunked"), grad, leaves)
     return rows
 

@@ -11,9 +11,15 @@ Both walk a sequence of L steps, and the backward's reverse walk needs each step
   from it. 1/chunk of the memory.
 * ``"auto"``: the recurrence's preferred mode (all or half, whichever it measured faster) where its states fit a
   byte budget, else chunked.
+
+The states are kept in bf16 where the recurrence's inputs are 16-bit (``states_dtype``), else float32: the forward
+walks in float32 and rounds only what it stores, so its outputs do not change, and the backward's gradients carry
+bf16's rounding of the states, as autocast's bf16 activations do elsewhere. The states are both kernels' largest
+memory traffic; bf16 halves it.
 """
 from __future__ import annotations
 
+import torch
 import triton
 import triton.language as tl
 
@@ -44,6 +50,26 @@ def constexprs(mode: str, chunk: int) -> dict:
     """A mode's compile-time arguments for the kernels: ``CHUNK``, ``STORE_ALL`` (all and half walk the sequence as
     one span) and ``EVERY`` (steps between stored states in that span; unread when chunked)."""
     return dict(CHUNK=chunk, STORE_ALL=mode != "chunked", EVERY=EVERY.get(mode, 1))
+
+
+def states_dtype(x: torch.Tensor, requested: torch.dtype | None) -> torch.dtype:
+    """The stored states' dtype: ``requested``, or bf16 where the input x is 16-bit (float16's range could not hold
+    every state), else float32."""
+    if requested is not None:
+        return requested
+    return torch.bfloat16 if x.dtype in (torch.bfloat16, torch.float16) else torch.float32
+
+
+@triton.jit
+def keep_state(ptr, state, mask):
+    """Store a float32 state tile at ``ptr`` in the stored states' dtype."""
+    tl.store(ptr, state.to(ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def kept_state(ptr, mask):
+    """A stored state tile, in float32."""
+    return tl.load(ptr, mask=mask, other=0.0).to(tl.float32)
 
 
 def states_mode(states: str, L: int, sequence_state_bytes: int, budget: int, chunk: int, preferred: str) -> str:

@@ -27,7 +27,9 @@ else chunked), as the selective scan (``zoo.kernels.selective_scan.fused_recurre
   the backward, chunk by chunk from the last, walks the chunk forward again from that state (keeping each step's
   incoming state in a per-program scratch of CHUNK states, meant to stay in L2), then walks it back in reverse.
 
-Writing the states is most of the forward's time. Forward / forward + backward in ms, one process on an H100 80GB
+Writing the states is most of the forward's time (so they are kept in bf16 where k is 16-bit,
+``zoo.kernels.stored_states.states_dtype``; ``Launch.states_dtype=torch.float32`` keeps them exact; the timings below
+are of float32 states). Forward / forward + backward in ms, one process on an H100 80GB
 (torch 2.11, Triton 3.6, bf16 inputs, K = V = 64, default launch, best of two interleaved rounds of ``do_bench``),
 all (the default before half) against half and chunked::
 
@@ -87,12 +89,14 @@ import triton
 import triton.language as tl
 
 from zoo.kernels.partial_sums import sum_blocks
-from zoo.kernels.stored_states import check_states, constexprs, kernel_n_states, n_states, states_mode
+from zoo.kernels.stored_states import (check_states, constexprs, keep_state, kept_state, kernel_n_states, n_states,
+                                       states_dtype, states_mode)
 
-# Largest (B H, n, K, V) float32 state tensor a call keeps in "auto" (PREFERRED's n); above it the chunked mode
-# keeps 1/CHUNK of every state. At K = V = 64 the budget holds B H n <= 2^18 states: every state up to B=256, H=2,
-# L=511 (zoo's training shapes are smaller). The budget is per call, so a deep model near it keeps a multiple of it
-# and may want it lower. It must stay at most 8 GiB (2^31 float32): the kernels address the states with int32 offsets.
+# Largest (B H, n, K, V) state tensor a call keeps in "auto" (PREFERRED's n); above it the chunked mode keeps
+# 1/CHUNK of every state. At K = V = 64 the budget holds B H n <= 2^18 float32 states (2^19 in bf16): every state up
+# to B=256, H=2, L=511 (zoo's training shapes are smaller). The budget is per call, so a deep model near it keeps a
+# multiple of it and may want it lower. It must stay at most 2^31 elements (8 GiB of float32, 4 GiB of bf16): the
+# kernels address the states with int32 offsets.
 STATE_BUDGET_BYTES = 4 * 2**30
 
 # "auto"'s mode where the states fit the budget
@@ -186,7 +190,7 @@ def _rwkv7_fwd_kernel(r_ptr, w_ptr, k_ptr, v_ptr, a_ptr, b_ptr, o_ptr, state_ptr
         # two steps a loop step: with EVERY = 2 the state to keep is the loop step's last (no branch each step), and
         # the two steps' work off the chain (their outputs' sums over K) can overlap the next step's; the next two
         # steps' rows are loaded during these
-        tl.store(states, S, mask=smask)
+        keep_state(states, S, smask)
         rows = _step_rows(r_ptr, w_ptr, k_ptr, v_ptr, a_ptr, b_ptr, i_b, 0, i_h, kk, vv, kmask, vmask,
                           sr_b, sr_t, sr_h, sr_d, sw_b, sw_t, sw_h, sw_d, sk_b, sk_t, sk_h, sk_d,
                           sv_b, sv_t, sv_h, sv_d, sa_b, sa_t, sa_h, sa_d, sb_b, sb_t, sb_h, sb_d)
@@ -204,12 +208,12 @@ def _rwkv7_fwd_kernel(r_ptr, w_ptr, k_ptr, v_ptr, a_ptr, b_ptr, o_ptr, state_ptr
                                 sv_b, sv_t, sv_h, sv_d, sa_b, sa_t, sa_h, sa_d, sb_b, sb_t, sb_h, sb_d)
             S = _fwd_step(S, now, o_ptr, i_b, t, i_h, L, H, V, vv, vmask)
             if EVERY == 1:
-                tl.store(states + (t + 1) * K * V, S, mask=smask)
+                keep_state(states + (t + 1) * K * V, S, smask)
             S = _fwd_step(S, now_1, o_ptr, i_b, t + 1, i_h, L, H, V, vv, vmask)
-            tl.store(states + ((t + 2) // EVERY) * K * V, S, mask=smask)
+            keep_state(states + ((t + 2) // EVERY) * K * V, S, smask)
         if L % 2 == 1:  # the last step alone; S_L is kept at cdiv(L, EVERY) in both modes
             S = _fwd_step(S, rows, o_ptr, i_b, L - 1, i_h, L, H, V, vv, vmask)
-            tl.store(states + ((L + EVERY - 1) // EVERY) * K * V, S, mask=smask)
+            keep_state(states + ((L + EVERY - 1) // EVERY) * K * V, S, smask)
     else:
         # chunked: the state entering each chunk is kept; step t's rows are loaded during step t - 1 (the last step
         # reloads its own): none depends on the carried state, so their latency hides behind a step's work
@@ -217,7 +221,7 @@ def _rwkv7_fwd_kernel(r_ptr, w_ptr, k_ptr, v_ptr, a_ptr, b_ptr, o_ptr, state_ptr
                           sr_b, sr_t, sr_h, sr_d, sw_b, sw_t, sw_h, sw_d, sk_b, sk_t, sk_h, sk_d,
                           sv_b, sv_t, sv_h, sv_d, sa_b, sa_t, sa_h, sa_d, sb_b, sb_t, sb_h, sb_d)
         for c in range(tl.cdiv(L, CHUNK)):
-            tl.store(states + c * K * V, S, mask=smask)
+            keep_state(states + c * K * V, S, smask)
             for t in range(c * CHUNK, tl.minimum(c * CHUNK + CHUNK, L)):
                 now = rows
                 rows = _step_rows(r_ptr, w_ptr, k_ptr, v_ptr, a_ptr, b_ptr, i_b, tl.minimum(t + 1, L - 1), i_h, kk,
@@ -259,7 +263,7 @@ def _rwkv7_bwd_kernel(r_ptr, w_ptr, k_ptr, v_ptr, a_ptr, b_ptr, state_ptr, do_pt
                                  sv_b, sv_t, sv_h, sv_d, sa_b, sa_t, sa_h, sa_d, sb_b, sb_t, sb_h, sb_d)
     do_next = _row(do_ptr, i_b, L - 1, i_h, vv, sdo_b, sdo_t, sdo_h, sdo_d, vmask)
     if STORE_ALL:  # S_s, the last stored state at or before S_{L-1}
-        S_prev_next = tl.load(states + ((L - 1) // EVERY) * K * V, mask=smask, other=0.0)
+        S_prev_next = kept_state(states + ((L - 1) // EVERY) * K * V, smask)
     else:  # each chunk loads its own first S_{t-1} from its scratch; until then a zero tile of the right shape
         S_prev_next = dS
     for ci in range(n_spans):
@@ -267,9 +271,9 @@ def _rwkv7_bwd_kernel(r_ptr, w_ptr, k_ptr, v_ptr, a_ptr, b_ptr, state_ptr, do_pt
         start = c * span
         end = tl.minimum(start + span, L)
         if STORE_ALL:
-            S = tl.load(states + ((L + EVERY - 1) // EVERY) * K * V, mask=smask, other=0.0)
+            S = kept_state(states + ((L + EVERY - 1) // EVERY) * K * V, smask)
         else:
-            S = tl.load(states + c * K * V, mask=smask, other=0.0)
+            S = kept_state(states + c * K * V, smask)
             walk = _step_rows(r_ptr, w_ptr, k_ptr, v_ptr, a_ptr, b_ptr, i_b, start, i_h, kk, vv, kmask, vmask,
                               sr_b, sr_t, sr_h, sr_d, sw_b, sw_t, sw_h, sw_d, sk_b, sk_t, sk_h, sk_d,
                               sv_b, sv_t, sv_h, sv_d, sa_b, sa_t, sa_h, sa_d, sb_b, sb_t, sb_h, sb_d, False)
@@ -306,7 +310,7 @@ def _rwkv7_bwd_kernel(r_ptr, w_ptr, k_ptr, v_ptr, a_ptr, b_ptr, state_ptr, do_pt
                                   sv_b, sv_t, sv_h, sv_d, sa_b, sa_t, sa_h, sa_d, sb_b, sb_t, sb_h, sb_d)
             do_next = _row(do_ptr, i_b, tp, i_h, vv, sdo_b, sdo_t, sdo_h, sdo_d, vmask)
             if STORE_ALL:
-                S_prev_next = tl.load(states + (tp // EVERY) * K * V, mask=smask, other=0.0)
+                S_prev_next = kept_state(states + (tp // EVERY) * K * V, smask)
             else:  # from this chunk's scratch (at its first step, slot 0 again: the next chunk reloads its own)
                 S_prev_next = tl.load(scratch + tl.maximum(t - 1 - start, 0) * BK * BV)
             dS += rt[:, None] * dot[None, :]
@@ -331,13 +335,15 @@ def _rwkv7_bwd_kernel(r_ptr, w_ptr, k_ptr, v_ptr, a_ptr, b_ptr, state_ptr, do_pt
 
 class Launch(NamedTuple):
     """How the kernels are launched: value columns per program (a power of two), warps per program, software-
-    pipelining stages of the time loop, and which states the forward keeps for the backward (``"auto"``:
+    pipelining stages of the time loop, which states the forward keeps for the backward (``"auto"``:
     ``PREFERRED`` within ``STATE_BUDGET_BYTES``, else chunked; ``"all"``, ``"half"`` or ``"chunked"`` to choose,
-    ``zoo.kernels.stored_states``). The defaults were the fastest forward + backward measured (module docstring)."""
+    ``zoo.kernels.stored_states``) and in which dtype (None: bf16 where k is 16-bit, else float32; ``torch.float32``
+    keeps them exact). The defaults were the fastest forward + backward measured (module docstring)."""
     block_v: int = 16
     num_warps: int = 1
     num_stages: int = 1
     states: str = "auto"
+    states_dtype: torch.dtype | None = None
 
 
 def _blocks(K: int, V: int, launch: Launch) -> tuple[int, int]:
@@ -345,10 +351,10 @@ def _blocks(K: int, V: int, launch: Launch) -> tuple[int, int]:
     return triton.next_power_of_2(K), min(triton.next_power_of_2(V), launch.block_v)
 
 
-def _states_mode(Bsz: int, L: int, H: int, K: int, V: int, states: str) -> str:
+def _states_mode(Bsz: int, L: int, H: int, K: int, V: int, states: str, dtype: torch.dtype) -> str:
     """The mode a call runs (``zoo.kernels.stored_states.states_mode``): ``PREFERRED`` where its (B H, n, K, V)
-    float32 states fit ``STATE_BUDGET_BYTES``, else chunked, unless ``states`` names one."""
-    return states_mode(states, L, Bsz * H * K * V * 4, STATE_BUDGET_BYTES, CHUNK, PREFERRED)
+    states of ``dtype`` fit ``STATE_BUDGET_BYTES``, else chunked, unless ``states`` names one."""
+    return states_mode(states, L, Bsz * H * K * V * dtype.itemsize, STATE_BUDGET_BYTES, CHUNK, PREFERRED)
 
 
 class RWKV7Function(torch.autograd.Function):
@@ -357,8 +363,9 @@ class RWKV7Function(torch.autograd.Function):
         Bsz, L, H, K = r.shape
         V = v.shape[-1]
         o = torch.empty(Bsz, L, H, V, device=r.device, dtype=torch.float32)
-        mode = _states_mode(Bsz, L, H, K, V, launch.states)
-        states = torch.empty(Bsz * H, n_states(L, mode, CHUNK), K, V, device=r.device, dtype=torch.float32)
+        dtype = states_dtype(k, launch.states_dtype)
+        mode = _states_mode(Bsz, L, H, K, V, launch.states, dtype)
+        states = torch.empty(Bsz * H, n_states(L, mode, CHUNK), K, V, device=r.device, dtype=dtype)
         assert states.numel() < 2**31, "rwkv7 fused recurrence: the stored states exceed int32 offsets"
         BK, BV = _blocks(K, V, launch)
         _rwkv7_fwd_kernel[(triton.cdiv(V, BV), Bsz * H)](

@@ -71,12 +71,10 @@ recompute's decay) was no faster at any launch tried, 1 or 2 warps and 32 or 64 
 forward + backward at the first shape): compiled for sm_90 it holds 255 registers and spills 450 to 950 bytes at
 64 channels, and at 32 fits but leaves twice the programs.
 
-Stored states in bf16 where the inputs are 16-bit (``Launch.states_dtype``, None by default): the forward walks in
-float32 and rounds only what it stores, so y is unchanged, and the backward reads h_{t-1} (and recomputes the odd
-ones) from bf16 values: its gradients carry bf16's rounding of the states, as autocast's bf16 activations do
-elsewhere in the model. The state tensor is the largest memory traffic of both kernels (at Bt=128, L=512, E=1024,
-N=16: 2.15 GB written and read back a call in float32, against 0.13 GB for each (Bt, L, E) bf16 input), so this
-halves it. ``states_dtype=torch.float32`` keeps them exact.
+The stored states are bf16 where u is 16-bit (``zoo.kernels.stored_states.states_dtype``; ``Launch.states_dtype=
+torch.float32`` keeps them exact): y is unchanged, the gradients carry bf16's rounding of h. They are the largest
+memory traffic of both kernels: at Bt=128, L=512, E=1024, N=16, 2.15 GB written and read back a call in float32,
+against 0.13 GB for each (Bt, L, E) bf16 input.
 
 Loading ahead: every walk loads step t's input rows (u, dt, B, C, z, the output gradient, and in the chunked
 backward h_{t-1} from its scratch) during the step before, so a load's latency overlaps a step's work instead of
@@ -127,7 +125,8 @@ import triton.language as tl
 from zoo.kernels.layout import channel_block
 from zoo.kernels.partial_sums import sum_blocks, sum_first
 from zoo.kernels.stable import sigmoid, sigmoid_of
-from zoo.kernels.stored_states import check_states, constexprs, kernel_n_states, n_states, states_mode
+from zoo.kernels.stored_states import (check_states, constexprs, keep_state, kept_state, kernel_n_states, n_states,
+                                       states_dtype, states_mode)
 
 # Largest state tensor a call keeps for the backward in "auto": half's (Bt, L // 2 + 1, N, E) or so; above it the
 # chunked mode keeps 1/CHUNK of every state. The docstring's shapes keep 0.5 and 2.2 GB a layer in float32, half that
@@ -203,18 +202,6 @@ def _stored_states(state_ptr, b, e, n, L, E, N: tl.constexpr, CHUNK: tl.constexp
 
 
 @triton.jit
-def _keep(ptr, h, emask):
-    """Store the float32 state tile h at ``ptr`` in the stored states' dtype (16-bit where the inputs are)."""
-    tl.store(ptr, h.to(ptr.dtype.element_ty), mask=emask[None, :])
-
-
-@triton.jit
-def _kept(ptr, emask):
-    """A stored state tile, in float32."""
-    return tl.load(ptr, mask=emask[None, :], other=0.0).to(tl.float32)
-
-
-@triton.jit
 def _dt(dt_in, bias, HAS_BIAS: tl.constexpr, SOFTPLUS: tl.constexpr):
     """(dt', softplus'(dt + bias)) for a row of dt before bias and softplus: dt' = softplus(dt + bias) with each term
     optional (without softplus the second value is dt' again, and unused)."""
@@ -265,7 +252,7 @@ def _scan_fwd_kernel(u_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr,
     Dskip = tl.load(D_ptr + e, mask=emask, other=0.0) if HAS_D else tl.zeros([BLOCK_E], dtype=tl.float32)
     states = _stored_states(state_ptr, b, e, n, L, E, N, CHUNK, STORE_ALL, EVERY)
     h = tl.zeros([N, BLOCK_E], dtype=tl.float32)
-    _keep(states, h, emask)
+    keep_state(states, h, emask[None, :])
     if STORE_ALL:
         # two steps a loop step, so the state to keep is the loop step's last (with EVERY = 2) and the two steps'
         # independent work (their exponentials, their outputs' sums) can overlap; the next two steps' rows are loaded
@@ -285,21 +272,21 @@ def _scan_fwd_kernel(u_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr,
                                 sC_n, HAS_Z)
             h = _fwd_step(h, now, t, A, bias, Dskip, y_ptr, b, e, emask, L, E, HAS_D, HAS_Z, HAS_BIAS, SOFTPLUS)
             if EVERY == 1:
-                _keep(states + (t + 1) * E * N, h, emask)
+                keep_state(states + (t + 1) * E * N, h, emask[None, :])
             h = _fwd_step(h, now_1, t + 1, A, bias, Dskip, y_ptr, b, e, emask, L, E, HAS_D, HAS_Z, HAS_BIAS,
                           SOFTPLUS)
-            _keep(states + ((t + 2) // EVERY) * E * N, h, emask)
+            keep_state(states + ((t + 2) // EVERY) * E * N, h, emask[None, :])
         if L % 2 == 1:  # the last step alone; h_L is stored at cdiv(L, EVERY) in both modes
             h = _fwd_step(h, rows, L - 1, A, bias, Dskip, y_ptr, b, e, emask, L, E, HAS_D, HAS_Z, HAS_BIAS,
                           SOFTPLUS)
-            _keep(states + ((L + EVERY - 1) // EVERY) * E * N, h, emask)
+            keep_state(states + ((L + EVERY - 1) // EVERY) * E * N, h, emask[None, :])
     else:
         # chunked: the state entering each chunk is kept; step t's rows are loaded during step t - 1
         rows = _step_rows(u_ptr, dt_ptr, B_ptr, C_ptr, z_ptr, b, 0, e, n, emask, su_b, su_t, su_e, sdt_b, sdt_t,
                           sdt_e, sz_b, sz_t, sz_e, sB_b, sB_t, sB_n, sC_b, sC_t, sC_n, HAS_Z)
         for c in range(tl.cdiv(L, CHUNK)):
             if c > 0:
-                _keep(states + c * E * N, h, emask)
+                keep_state(states + c * E * N, h, emask[None, :])
             for t in range(c * CHUNK, tl.minimum(c * CHUNK + CHUNK, L)):
                 now = rows
                 rows = _step_rows(u_ptr, dt_ptr, B_ptr, C_ptr, z_ptr, b, tl.minimum(t + 1, L - 1), e, n, emask,
@@ -356,9 +343,9 @@ def _scan_bwd_kernel(u_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr,
         start = c * span
         end = tl.minimum(start + span, L)
         if STORE_ALL:
-            h = _kept(states + ((L + EVERY - 1) // EVERY) * E * N, emask)
+            h = kept_state(states + ((L + EVERY - 1) // EVERY) * E * N, emask[None, :])
         else:
-            h = _kept(states + c * E * N, emask)
+            h = kept_state(states + c * E * N, emask[None, :])
             walk = _step_rows(u_ptr, dt_ptr, B_ptr, C_ptr, z_ptr, b, start, e, n, emask, su_b, su_t, su_e, sdt_b,
                               sdt_t, sdt_e, sz_b, sz_t, sz_e, sB_b, sB_t, sB_n, sC_b, sC_t, sC_n, False, False)
             for t in range(start, end):
@@ -378,7 +365,7 @@ def _scan_bwd_kernel(u_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr,
             rows = rows_before  # step t - 1's
             gy = gy_next
             if STORE_ALL:  # h_k, the last stored state at or before h_{t-1}
-                h_prev = _kept(states + (t // EVERY) * E * N, emask)
+                h_prev = kept_state(states + (t // EVERY) * E * N, emask[None, :])
             else:
                 h_prev = h_prev_next
             if STORE_ALL and EVERY == 2:
@@ -459,14 +446,6 @@ class Launch(NamedTuple):
 MIN_PROGRAMS = 1024
 
 
-def _states_dtype(u: torch.Tensor, launch: Launch) -> torch.dtype:
-    """The stored states' dtype: ``launch.states_dtype``, or bf16 where u is 16-bit (float16's range could not hold
-    every state), else float32."""
-    if launch.states_dtype is not None:
-        return launch.states_dtype
-    return torch.bfloat16 if u.dtype in (torch.bfloat16, torch.float16) else torch.float32
-
-
 def _block_e(Bsz: int, E: int, launch: Launch) -> int:
     """The backward's channels per program: ``launch.block_e``, or the most of 64, 32 that leaves ``MIN_PROGRAMS``
     programs, else 16."""
@@ -495,9 +474,9 @@ class SelectiveScanFunction(torch.autograd.Function):
         # the kernels hold (N, channels) tiles, channels across a warp's lanes: A and the states are laid out so
         A, D, delta_bias = A.float().t().contiguous(), _f32(D), _f32(delta_bias)
         y = torch.empty(Bsz, L, E, device=u.device, dtype=out_dtype)
-        states_dtype = _states_dtype(u, launch)
-        mode = _states_mode(Bsz, L, E, N, launch.states, states_dtype)
-        states = torch.empty(Bsz, _n_states(L, mode), N, E, device=u.device, dtype=states_dtype)
+        dtype = states_dtype(u, launch.states_dtype)
+        mode = _states_mode(Bsz, L, E, N, launch.states, dtype)
+        states = torch.empty(Bsz, _n_states(L, mode), N, E, device=u.device, dtype=dtype)
         block = min(triton.next_power_of_2(E), launch.forward_block_e)
         _scan_fwd_kernel[(Bsz, triton.cdiv(E, block))](
             u, dt, A, B, C, D, z, delta_bias, y, states, L, E,
