@@ -290,8 +290,8 @@ def rwkv7_rows(B, T, H, K):
     for states in STORED_STATES[1:]:
         launch = Rwkv7Launch(states=states)
         rows[f"ours, {states} states"] = timed_pair(lambda: rwkv7_fused(*leaves, launch=launch), grad, leaves)
-    exact = Rwkv7Launch(states_dtype=torch.float32)
-    rows["ours, float32 states"] = timed_pair(lambda: rwkv7_fused(*leaves, launch=exact), grad, leaves)
+    half_bytes = Rwkv7Launch(states_dtype=torch.bfloat16)
+    rows["ours, bf16 states"] = timed_pair(lambda: rwkv7_fused(*leaves, launch=half_bytes), grad, leaves)
     rows["chunked PyTorch form"] = timed_pair(lambda: rwkv7_op.rwkv7(*leaves, backend="chunked"), grad, leaves)
     return rows
 
@@ -302,7 +302,7 @@ def rwkv7_rows(B, T, H, K):
 # (as at the grid's Mamba runs at d_model=512), then the forward at other channels and warps
 FORWARD_LAUNCHES = ((32, 1), (64, 1), (128, 2), (64, 4))
 SCAN_LAUNCHES = ([Launch(block_e, warps) for block_e in (16, 32, 64) for warps in (1, 2)]
-                 + [Launch(None, 1, 1, states) for states in STORED_STATES[1:]] + [Launch(states_dtype=torch.float32)]
+                 + [Launch(None, 1, 1, states) for states in STORED_STATES[1:]] + [Launch(states_dtype=torch.bfloat16)]
                  + [Launch(forward_block_e=block_e, forward_warps=warps) for block_e, warps in FORWARD_LAUNCHES])
 
 
@@ -328,7 +328,7 @@ def selective_scan_rows(Bt, L, E, N):
         channels = "auto" if launch.block_e is None else f"{launch.block_e:>2d}"
         name = (f"ours fwd {launch.forward_block_e} ch {launch.forward_warps} warps, bwd {channels} ch "
                 f"{launch.num_warps} warps, {launch.num_stages} stages, {launch.states} states"
-                f"{' (float32)' if launch.states_dtype == torch.float32 else ''}")
+                f"{' (bf16)' if launch.states_dtype == torch.bfloat16 else ''}")
         rows[name] = timed_pair(lambda: selective_scan(u, dt, A, B, C, D, z, bias, True, launch=launch), grad, leaves)
     try:
         rows["mamba-ssm selective_scan_fn"] = timed_pair(

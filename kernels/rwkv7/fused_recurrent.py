@@ -27,9 +27,8 @@ else chunked), as the selective scan (``zoo.kernels.selective_scan.fused_recurre
   the backward, chunk by chunk from the last, walks the chunk forward again from that state (keeping each step's
   incoming state in a per-program scratch of CHUNK states, meant to stay in L2), then walks it back in reverse.
 
-Writing the states is most of the forward's time (so they are kept in bf16 where k is 16-bit,
-``zoo.kernels.stored_states.states_dtype``; ``Launch.states_dtype=torch.float32`` keeps them exact; the timings below
-are of float32 states). Forward / forward + backward in ms, one process on an H100 80GB
+Writing the states is most of the forward's time (``Launch.states_dtype=torch.bfloat16`` halves their bytes:
+``zoo.kernels.stored_states``; the timings below are of float32 states, the default). Forward / forward + backward in ms, one process on an H100 80GB
 (torch 2.11, Triton 3.6, bf16 inputs, K = V = 64, default launch, best of two interleaved rounds of ``do_bench``),
 all (the default before half) against half and chunked::
 
@@ -89,8 +88,8 @@ import triton
 import triton.language as tl
 
 from zoo.kernels.partial_sums import sum_blocks
-from zoo.kernels.stored_states import (check_states, constexprs, keep_state, kept_state, kernel_n_states, n_states,
-                                       states_dtype, states_mode)
+from zoo.kernels.stored_states import (check_states, check_states_dtype, constexprs, keep_state, kept_state,
+                                       kernel_n_states, n_states, states_mode)
 
 # Largest (B H, n, K, V) state tensor a call keeps in "auto" (PREFERRED's n); above it the chunked mode keeps
 # 1/CHUNK of every state. At K = V = 64 the budget holds B H n <= 2^18 float32 states (2^19 in bf16): every state up
@@ -337,13 +336,15 @@ class Launch(NamedTuple):
     """How the kernels are launched: value columns per program (a power of two), warps per program, software-
     pipelining stages of the time loop, which states the forward keeps for the backward (``"auto"``:
     ``PREFERRED`` within ``STATE_BUDGET_BYTES``, else chunked; ``"all"``, ``"half"`` or ``"chunked"`` to choose,
-    ``zoo.kernels.stored_states``) and in which dtype (None: bf16 where k is 16-bit, else float32; ``torch.float32``
-    keeps them exact). The defaults were the fastest forward + backward measured (module docstring)."""
+    ``zoo.kernels.stored_states``) and in which dtype (float32, or bf16 for half the memory). The defaults were the
+    fastest forward + backward measured (module docstring), bf16 states aside: faster in the kernel bench (2.268
+    against 2.668 ms at B=256, L=256, H=2, K=V=64, bf16 inputs, an H200), but RWKV-7's training step took 8.03 ms
+    with them and without (``zoo.bench.step``, figure-2 cell, same machine), so they stay an option."""
     block_v: int = 16
     num_warps: int = 1
     num_stages: int = 1
     states: str = "auto"
-    states_dtype: torch.dtype | None = None
+    states_dtype: torch.dtype = torch.float32
 
 
 def _blocks(K: int, V: int, launch: Launch) -> tuple[int, int]:
@@ -363,9 +364,8 @@ class RWKV7Function(torch.autograd.Function):
         Bsz, L, H, K = r.shape
         V = v.shape[-1]
         o = torch.empty(Bsz, L, H, V, device=r.device, dtype=torch.float32)
-        dtype = states_dtype(k, launch.states_dtype)
-        mode = _states_mode(Bsz, L, H, K, V, launch.states, dtype)
-        states = torch.empty(Bsz * H, n_states(L, mode, CHUNK), K, V, device=r.device, dtype=dtype)
+        mode = _states_mode(Bsz, L, H, K, V, launch.states, launch.states_dtype)
+        states = torch.empty(Bsz * H, n_states(L, mode, CHUNK), K, V, device=r.device, dtype=launch.states_dtype)
         assert states.numel() < 2**31, "rwkv7 fused recurrence: the stored states exceed int32 offsets"
         BK, BV = _blocks(K, V, launch)
         _rwkv7_fwd_kernel[(triton.cdiv(V, BV), Bsz * H)](
@@ -413,5 +413,6 @@ def rwkv7_fused(r: torch.Tensor, w: torch.Tensor, k: torch.Tensor, v: torch.Tens
     changes only the speed.
     """
     check_states(launch.states)
+    check_states_dtype(launch.states_dtype)
     return RWKV7Function.apply(r, w, k, v, a, b, launch)
 

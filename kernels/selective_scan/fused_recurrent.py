@@ -71,10 +71,11 @@ recompute's decay) was no faster at any launch tried, 1 or 2 warps and 32 or 64 
 forward + backward at the first shape): compiled for sm_90 it holds 255 registers and spills 450 to 950 bytes at
 64 channels, and at 32 fits but leaves twice the programs.
 
-The stored states are bf16 where u is 16-bit (``zoo.kernels.stored_states.states_dtype``; ``Launch.states_dtype=
-torch.float32`` keeps them exact): y is unchanged, the gradients carry bf16's rounding of h. They are the largest
-memory traffic of both kernels: at Bt=128, L=512, E=1024, N=16, 2.15 GB written and read back a call in float32,
-against 0.13 GB for each (Bt, L, E) bf16 input.
+The stored states are float32, or bf16 where ``Launch.states_dtype`` asks (``zoo.kernels.stored_states``): y is
+unchanged, the gradients carry bf16's rounding of h. They are the largest memory traffic of both kernels (at
+Bt=128, L=512, E=1024, N=16, 2.15 GB written and read back a call in float32, against 0.13 GB for each (Bt, L, E)
+bf16 input), yet bf16 states made the scan slower on an H200 (the forward 0.256 -> 0.335 ms at Bt=256, L=256,
+E=256; 0.987 -> 1.306 ms at the shape above, at the default launch): they halve the memory, not the time.
 
 Loading ahead: every walk loads step t's input rows (u, dt, B, C, z, the output gradient, and in the chunked
 backward h_{t-1} from its scratch) during the step before, so a load's latency overlaps a step's work instead of
@@ -125,8 +126,8 @@ import triton.language as tl
 from zoo.kernels.layout import channel_block
 from zoo.kernels.partial_sums import sum_blocks, sum_first
 from zoo.kernels.stable import sigmoid, sigmoid_of
-from zoo.kernels.stored_states import (check_states, constexprs, keep_state, kept_state, kernel_n_states, n_states,
-                                       states_dtype, states_mode)
+from zoo.kernels.stored_states import (check_states, check_states_dtype, constexprs, keep_state, kept_state,
+                                       kernel_n_states, n_states, states_mode)
 
 # Largest state tensor a call keeps for the backward in "auto": half's (Bt, L // 2 + 1, N, E) or so; above it the
 # chunked mode keeps 1/CHUNK of every state. The docstring's shapes keep 0.5 and 2.2 GB a layer in float32, half that
@@ -422,15 +423,14 @@ class Launch(NamedTuple):
     """How the scan kernels are launched: the backward's channels per program (None: ``_block_e`` chooses) and warps
     per program, both kernels' software-pipelining stages of the time loop, which states the forward keeps for the
     backward (``"auto"``: every other state within ``STATE_BUDGET_BYTES``, else the chunked mode; ``"all"``,
-    ``"half"`` or ``"chunked"`` to choose) and in which dtype (``states_dtype``; None: bf16 where u is a 16-bit
-    tensor, else float32; ``torch.float32`` keeps them exact under autocast too), and the forward's channels per
-    program (at most the input's, rounded up to a power of two) and warps. ``python -m zoo.kernels.bench
-    --selective-scan ...`` times the choices on a GPU."""
+    ``"half"`` or ``"chunked"`` to choose) and in which dtype (``states_dtype``: float32, or bf16 for half the
+    memory), and the forward's channels per program (at most the input's, rounded up to a power of two) and warps.
+    ``python -m zoo.kernels.bench --selective-scan ...`` times the choices on a GPU."""
     block_e: int | None = None
     num_warps: int = 1
     num_stages: int = 1
     states: str = "auto"
-    states_dtype: torch.dtype | None = None
+    states_dtype: torch.dtype = torch.float32
     # The forward's two-step walk took 64 channels and 2 warps a program at every shape measured on an H100 (``Bt,
     # L, E`` = 256, 256, 256; 128, 512, 1024; 128, 512, 512; 128, 512, 128; 512, 128, 512, N = 16; 8 launches of 16
     # to 128 channels and 1 to 4 warps): 5 to 26% faster than the one-step walk at its best launch. The backward,
@@ -474,9 +474,8 @@ class SelectiveScanFunction(torch.autograd.Function):
         # the kernels hold (N, channels) tiles, channels across a warp's lanes: A and the states are laid out so
         A, D, delta_bias = A.float().t().contiguous(), _f32(D), _f32(delta_bias)
         y = torch.empty(Bsz, L, E, device=u.device, dtype=out_dtype)
-        dtype = states_dtype(u, launch.states_dtype)
-        mode = _states_mode(Bsz, L, E, N, launch.states, dtype)
-        states = torch.empty(Bsz, _n_states(L, mode), N, E, device=u.device, dtype=dtype)
+        mode = _states_mode(Bsz, L, E, N, launch.states, launch.states_dtype)
+        states = torch.empty(Bsz, _n_states(L, mode), N, E, device=u.device, dtype=launch.states_dtype)
         block = min(triton.next_power_of_2(E), launch.forward_block_e)
         _scan_fwd_kernel[(Bsz, triton.cdiv(E, block))](
             u, dt, A, B, C, D, z, delta_bias, y, states, L, E,
@@ -531,4 +530,5 @@ def selective_scan(u: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.
     and strides (e.g. bf16 views into one projection); the math is float32. ``launch`` (block_e a power of two)
     changes only the speed."""
     check_states(launch.states)
+    check_states_dtype(launch.states_dtype)
     return SelectiveScanFunction.apply(u, dt, A, B, C, D, z, delta_bias, delta_softplus, launch, out_dtype)

@@ -134,22 +134,25 @@ def test_triton_takes_strided_low_precision_views(monkeypatch, device, mode):
 
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
-def test_16_bit_inputs_keep_bf16_states_unless_told(monkeypatch, device, mode):
-    """With bf16 inputs the forward keeps its states in bf16 (half the bytes written and read back): y is the same
-    (the forward walks in float32 and only stores them), the gradients as close to the float32 states' as bf16
-    rounding of the states allows; ``states_dtype=torch.float32`` keeps them exact."""
+def test_bf16_states_change_the_gradients_by_their_rounding_alone(monkeypatch, device, mode):
+    """``states_dtype=torch.bfloat16`` keeps the states for the backward in bf16 (half their memory): y is the same
+    (the forward walks in float32 and only stores them), the gradients as close to float32 states' as bf16 rounding
+    of the states allows. Float32 is the default; any other dtype is refused."""
     use_mode(monkeypatch, mode, chunk=4)
     shape = (2, 9, 40, 4) if device == "cpu" else (3, 70, 200, 16)
     args, kwargs = inputs(*shape, torch.float32, device=device, options=OPTIONS)
     args = [a.bfloat16() if a.dim() == 3 else a for a in args]  # u, dt, B, C in bf16; A float32
     kwargs["z"] = kwargs["z"].bfloat16()
     gy = torch.randn(shape[:3], device=device)
-    exact = fused_recurrent.Launch(states_dtype=torch.float32)
-    for launch, dtype in ((fused_recurrent.Launch(), torch.bfloat16), (exact, torch.float32)):
-        y = selective_scan(*args, **kwargs, delta_softplus=True, launch=launch)
-        assert y.grad_fn.saved_tensors[-1].dtype == dtype
-    got = grads(selective_scan, args, kwargs, gy, softplus=True)
-    want = grads(lambda *a, **k: selective_scan(*a, **k, launch=exact), args, kwargs, gy, softplus=True)
+    half_bytes = fused_recurrent.Launch(states_dtype=torch.bfloat16)
+    if device == "cpu":
+        for launch, dtype in ((fused_recurrent.Launch(), torch.float32), (half_bytes, torch.bfloat16)):
+            y = selective_scan(*args, **kwargs, delta_softplus=True, launch=launch)
+            assert y.grad_fn.saved_tensors[-1].dtype == dtype
+        with pytest.raises(ValueError, match="launch.states_dtype=torch.float16 is not valid"):
+            selective_scan(*args, launch=fused_recurrent.Launch(states_dtype=torch.float16))
+    want = grads(selective_scan, args, kwargs, gy, softplus=True)
+    got = grads(lambda *a, **k: selective_scan(*a, **k, launch=half_bytes), args, kwargs, gy, softplus=True)
     assert torch.equal(got[0], want[0]) and len(got) == len(want) > 5
     for g, w in zip(got[1:], want[1:]):
         torch.testing.assert_close(g.float(), w.float(), rtol=0, atol=2e-2 * w.float().abs().max().item())
