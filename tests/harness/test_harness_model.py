@@ -200,7 +200,32 @@ def test_gpu_last_block_at_the_labelled_rows_follows_the_full_forward(picked, mi
         assert backend.last_backend("attention") == ("dense" if dense else "sdpa")  # the picked rows' call
         want = logits_and_grads(model, lambda m, i, p: rows_at(m(i), p), ids, positions, False)
     assert picked == [256]
+    assert_as_close_as_the_full_bf16_forward(got, want, exact)
+
+
+def assert_as_close_as_the_full_bf16_forward(got, want, exact):
+    """Each of ``got`` (the labelled rows' forward under bf16) at most twice as far from ``exact`` (the float32 full
+    forward) as ``want`` (the full forward under bf16) is, plus 0.5% of its scale."""
     for a, b, e in zip(got, want, exact):
         a, b, e = a.float(), b.float(), e.float()
         scale = e.abs().max().item()
         assert (a - e).abs().max().item() <= 2 * (b - e).abs().max().item() + 5e-3 * scale
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mixer", ["mamba", "hyena", "rwkv", "based"])
+def test_gpu_recurrent_and_conv_mixers_at_the_labelled_rows_follow_the_full_forward(mixer):
+    """On a GPU under bf16 autocast (the fast paths: Triton scan, gated long conv, WKV, linear attention), their last
+    projection (and Mamba's gate) on 16 of 256 rows: logits and every gradient as far from the float32 full forward
+    as the bf16 full forward's, at most twice."""
+    torch.manual_seed(0)
+    model = LanguageModel(512, 128, n_layers=2, mixer=mixer, max_seq_len=256, dropout=0.0).cuda()
+    ids = torch.randint(0, 512, (8, 256), device="cuda")
+    positions = torch.sort(torch.rand(8, 256, device="cuda").argsort(1)[:, :16], 1).values
+    exact = logits_and_grads(model, lambda m, i, p: rows_at(m(i), p), ids, positions, False)
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        backend.clear()
+        got = logits_and_grads(model, lambda m, i, p: m(i, p), ids, positions, False)
+        assert backend.last_backend("linear") == "triton"  # the tied head, through zoo's linear on a GPU
+        want = logits_and_grads(model, lambda m, i, p: rows_at(m(i), p), ids, positions, False)
+    assert_as_close_as_the_full_bf16_forward(got, want, exact)

@@ -14,10 +14,11 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from zoo.kernels.linear import Linear
-from zoo.kernels.linear.split import split_linear
+from zoo.kernels.linear.split import linear_parts, split_linear
 from zoo.kernels.rows import rows_at
 from zoo.kernels.selective_scan import selective_scan
 from zoo.errors import ConfigError
@@ -39,7 +40,7 @@ class Mamba(nn.Module):
     """
 
     input_feeds_one_matmul = True  # u reaches in_proj alone: the norm before it may write autocast's dtype
-    outputs_at_positions = True  # forward(u, positions): out_proj on those rows of the scan's output alone
+    outputs_at_positions = True  # forward(u, positions): the gate and out_proj on those rows alone
 
     def __init__(self, d_model: int, layer_idx: int = 0, max_seq_len: int = 2048, d_state: int = 16,
                  expand: int = 2, d_conv: int = 4, dt_rank: int | str = "auto", dt_min: float = 1e-3,
@@ -68,13 +69,23 @@ class Mamba(nn.Module):
         self.out_proj = Linear(E, d_model, bias=False)
 
     def forward(self, u: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
-        """u (B, L, D) -> (B, L, D), or with ``positions`` (B, K) the outputs at those rows alone, (B, K, D)."""
-        x, z = split_linear(u, self.in_proj.weight, [self.d_inner, self.d_inner])  # no concatenated gradient
+        """u (B, L, D) -> (B, L, D), or with ``positions`` (B, K) the outputs at those rows alone, (B, K, D): the gate
+        z (its half of in_proj), the gating and out_proj on those rows; the scan still walks every row."""
+        E = self.d_inner
+        if positions is None:
+            x, z = split_linear(u, self.in_proj.weight, [E, E])  # no concatenated gradient
+        else:
+            w_x, w_z = self.in_proj.weight.split([E, E])
+            (x,), (z,) = linear_parts(u, [w_x]), linear_parts(rows_at(u, positions), [w_z])
         x = self.conv(x)
         dt, B, C = self.x_proj(x).split([self.dt_rank, self.d_state, self.d_state], dim=-1)
-        y = selective_scan(x, self.dt_proj(dt), -torch.exp(self.A_log.float()), B, C, D=self.D, z=z,
-                           delta_bias=self.dt_bias, delta_softplus=True, out_dtype=u.dtype)
-        return self.out_proj(y if positions is None else rows_at(y, positions))
+        y = selective_scan(x, self.dt_proj(dt), -torch.exp(self.A_log.float()), B, C, D=self.D,
+                           z=z if positions is None else None, delta_bias=self.dt_bias, delta_softplus=True,
+                           out_dtype=u.dtype)
+        if positions is not None:  # y * silu(z) as the scan gates it, in float32 at least
+            wide = torch.promote_types(y.dtype, torch.float32)
+            y = (rows_at(y, positions).to(wide) * F.silu(z.to(wide))).to(y.dtype)
+        return self.out_proj(y)
 
     def state_size(self, seq_len: int) -> int:
         """Values per sequence: the (E, N) SSM state plus the conv's last ``d_conv - 1`` inputs."""
