@@ -42,7 +42,7 @@ class RWKV4(nn.Module):
             deviation of zoo's default, this kwarg restores the reference behaviour).
     """
 
-    outputs_at_positions = True  # forward(x, positions): the output projection on those rows of WKV alone
+    outputs_at_positions = True  # forward(x, positions): the receptance and output projection on those rows alone
 
     def __init__(self, d_model: int, layer_idx: int = 0, max_seq_len: int = 2048, n_layers: int = 2,
                  init_depth: int | None = None):
@@ -67,15 +67,20 @@ class RWKV4(nn.Module):
         self.d_model = D
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
-        """x (B, L, D) -> (B, L, D), or with ``positions`` (B, K) the outputs at those rows alone, (B, K, D)."""
+        """x (B, L, D) -> (B, L, D), or with ``positions`` (B, K) the outputs at those rows alone, (B, K, D): the
+        receptance, its gate and the output projection on those rows; WKV still walks every row."""
         # token shift: RWKV-LM's lerp(x_{t-1}, x, mu) = x + (x_{t-1} - x) (1 - mu), x_{t-1} = 0 at t = 0; the three
         # mixes in one pass each way, made in the dtype their projections read under autocast
         mixes = 1 - torch.stack([self.time_mix_k, self.time_mix_v, self.time_mix_r])
         xk, xv, xr = token_shift_mix(x, mixes, out_dtype=matmul_dtype(x))
-        # the receptance gate sigmoid(r) * y inside WKV, its output in the dtype the output projection reads
-        y = wkv4(torch.exp(self.time_decay.float()), self.time_first.float(), self.key(xk), self.value(xv),
-                 r=self.receptance(xr), out_dtype=matmul_dtype(x) or x.dtype)
-        return self.output(y if positions is None else rows_at(y, positions))
+        w, u, k, v = torch.exp(self.time_decay.float()), self.time_first.float(), self.key(xk), self.value(xv)
+        out_dtype = matmul_dtype(x) or x.dtype  # the dtype the output projection reads
+        if positions is None:  # the receptance gate sigmoid(r) * y inside WKV
+            y = wkv4(w, u, k, v, r=self.receptance(xr), out_dtype=out_dtype)
+        else:  # the receptance and its gate on the labelled rows alone
+            y = rows_at(wkv4(w, u, k, v), positions)
+            y = (torch.sigmoid(self.receptance(rows_at(xr, positions)).to(y.dtype)) * y).to(out_dtype)
+        return self.output(y)
 
     def state_size(self, seq_len: int) -> int:
         """Values per sequence: WKV's numerator, denominator and running max exponent per channel, plus
