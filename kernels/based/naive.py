@@ -2,7 +2,7 @@
 
 The 2nd-order Taylor feature map makes ``phi(q).phi(k) = 1 + s + s^2/2`` with ``s = q.k / sqrt(F)``; each
 output is the causal average of past values under those weights (Zoology's ``based.Based``,
-``train_view="quadratic"``).
+``train_view="quadratic"``). The math is float32 (float64 stays), autocast or not.
 """
 from __future__ import annotations
 
@@ -11,12 +11,30 @@ import torch
 EPS = 1e-12  # Zoology's; the normalizer is >= 1/2 per visible key, so it only guards an empty sum
 
 
+def taylor_average(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, visible: torch.Tensor) -> torch.Tensor:
+    """The average of the values each query sees under the Taylor weights, in float32 (float64 stays).
+
+    q: (B, M, H, F) queries; k: (B, L, H, F); v: (B, L, H, Dv); visible: bool, broadcast to (B, H, M, L), which keys
+    each query sees -> (B, M, H, Dv)."""
+    dtype = torch.promote_types(q.dtype, torch.float32)
+    with torch.autocast(q.device.type, enabled=False):
+        s = torch.einsum("blhf,bmhf->bhlm", q.to(dtype), k.to(dtype)) * q.shape[-1] ** -0.5
+        a = torch.where(visible, 1 + s + 0.5 * s * s, 0.0)
+        return torch.einsum("bhlm,bmhd->blhd", a, v.to(dtype)) / (a.sum(-1).transpose(1, 2)[..., None] + EPS)
+
+
 def based_naive(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """Normalized causal Taylor linear attention in its quadratic form.
 
     q, k: (B, L, H, F); v: (B, L, H, Dv) -> (B, L, H, Dv).
     """
-    s = torch.einsum("blhf,bmhf->bhlm", q.float(), k.float()) * q.shape[-1] ** -0.5
-    a = (1 + s + 0.5 * s * s).tril()
-    o = torch.einsum("bhlm,bmhd->blhd", a, v.float()) / (a.sum(-1).transpose(1, 2)[..., None] + EPS)
-    return o.to(v.dtype)
+    L = q.shape[1]
+    causal = torch.ones(L, L, dtype=torch.bool, device=q.device).tril()
+    return taylor_average(q, k, v, causal).to(v.dtype)
+
+
+def based_naive_at(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """The outputs at ``positions`` alone: q (B, K, H, F) the queries at those rows, k (B, L, H, F), v (B, L, H, Dv),
+    positions (B, K) int64 -> (B, K, H, Dv), each query seeing the keys at or before its row."""
+    visible = positions[:, None, :, None] >= torch.arange(k.shape[1], device=k.device)
+    return taylor_average(q, k, v, visible).to(v.dtype)

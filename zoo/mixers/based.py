@@ -5,14 +5,16 @@
 * odd ``layer_idx``: causal linear attention with the 2nd-order Taylor feature map
   ``phi(q).phi(k) = 1 + s + s^2/2``, ``s = q.k / sqrt(feature_dim)``, normalized by the running sum
   of those weights (Zoology's ``based.Based``, ``train_view="quadratic"``), ``zoo.kernels.based``: fla's
-  ``parallel_based`` on GPU, the exact quadratic form on CPU.
+  ``parallel_based`` on GPU, the exact quadratic form on CPU. In the model's last block (``outputs_at_positions``)
+  only the labelled rows' queries attend, through the quadratic form on every device (``based_attention_at``): a
+  (B, K, L) weight matrix in float32, where the full form walks all L rows.
 """
 from __future__ import annotations
 
 import torch
 from torch import nn
 
-from zoo.kernels.based import based_attention
+from zoo.kernels.based import based_attention, based_attention_at
 from zoo.kernels.linear import Linear
 from zoo.kernels.linear.split import linear_parts
 from zoo.kernels.rows import rows_at
@@ -51,13 +53,19 @@ class TaylorLinearAttention(nn.Module):
         self.o_proj = Linear(d_model, d_model, bias=False)  # Zoology: proj_o (no "out_proj" scaled init)
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+        """x (B, L, D) -> (B, L, D), or with ``positions`` (B, K) the outputs at those rows alone: their queries
+        attend through the quadratic form (``based_attention_at``), o_proj on those rows."""
         B, L, D = x.shape
-        # x cast once for the three projections, its gradient summed inside their matmuls
-        q, k, v = linear_parts(x, [self.q_proj.weight, self.k_proj.weight, self.v_proj.weight])
-        o = based_attention(q.view(B, L, self.h, self.f), k.view(B, L, self.h, self.f),
-                            v.view(B, L, self.h, D // self.h))
-        o = o.reshape(B, L, D)
-        return self.o_proj(o if positions is None else rows_at(o, positions))
+        k_shape, v_shape = (B, L, self.h, self.f), (B, L, self.h, D // self.h)
+        weights = [self.q_proj.weight, self.k_proj.weight, self.v_proj.weight]
+        if positions is None:  # x cast once for the three projections, its gradient summed inside their matmuls
+            q, k, v = linear_parts(x, weights)
+            o = based_attention(q.view(k_shape), k.view(k_shape), v.view(v_shape))
+        else:
+            k, v = linear_parts(x, weights[1:])
+            (q,) = linear_parts(rows_at(x, positions), weights[:1])
+            o = based_attention_at(q.view(B, -1, self.h, self.f), k.view(k_shape), v.view(v_shape), positions)
+        return self.o_proj(o.reshape(*o.shape[:2], D))
 
     def state_numel(self) -> int:
         expanded = 1 + self.f + self.f * (self.f + 1) // 2  # Taylor features, x x^T kept once per pair
