@@ -339,7 +339,9 @@ class Launch(NamedTuple):
     ``zoo.kernels.stored_states``) and in which dtype (float32, or bf16 for half the memory). The defaults were the
     fastest forward + backward measured (module docstring), bf16 states aside: faster in the kernel bench (2.268
     against 2.668 ms at B=256, L=256, H=2, K=V=64, bf16 inputs, an H200), but RWKV-7's training step took 8.03 ms
-    with them and without (``zoo.bench.step``, figure-2 cell, same machine), so they stay an option."""
+    at the tree that kept bf16 states for 16-bit inputs and before it (``zoo.bench.step``, figure-2 cell, same
+    machine; whether the layer's inputs reached the kernel as bf16 there was not checked), so they stay an
+    option."""
     block_v: int = 16
     num_warps: int = 1
     num_stages: int = 1

@@ -155,7 +155,6 @@ def _states_mode(Bsz: int, L: int, E: int, N: int, states: str, dtype: torch.dty
     return states_mode(states, L, Bsz * E * N * dtype.itemsize, STATE_BUDGET_BYTES, CHUNK, PREFERRED)
 
 
-
 @triton.jit
 def _softplus(x):
     """(softplus(x), sigmoid(x)): log(1 + exp(x)) as torch's softplus (x itself above 20), accurate where exp(x) is

@@ -56,15 +56,15 @@ class TaylorLinearAttention(nn.Module):
         """x (B, L, D) -> (B, L, D), or with ``positions`` (B, K) the outputs at those rows alone: their queries
         attend through the quadratic form (``based_attention_at``), o_proj on those rows."""
         B, L, D = x.shape
-        k_shape, v_shape = (B, L, self.h, self.f), (B, L, self.h, D // self.h)
+        qk_shape, v_shape = (B, L, self.h, self.f), (B, L, self.h, D // self.h)
         weights = [self.q_proj.weight, self.k_proj.weight, self.v_proj.weight]
         if positions is None:  # x cast once for the three projections, its gradient summed inside their matmuls
             q, k, v = linear_parts(x, weights)
-            o = based_attention(q.view(k_shape), k.view(k_shape), v.view(v_shape))
+            o = based_attention(q.view(qk_shape), k.view(qk_shape), v.view(v_shape))
         else:
             k, v = linear_parts(x, weights[1:])
             (q,) = linear_parts(rows_at(x, positions), weights[:1])
-            o = based_attention_at(q.view(B, -1, self.h, self.f), k.view(k_shape), v.view(v_shape), positions)
+            o = based_attention_at(q.view(B, -1, self.h, self.f), k.view(qk_shape), v.view(v_shape), positions)
         return self.o_proj(o.reshape(*o.shape[:2], D))
 
     def state_numel(self) -> int:
