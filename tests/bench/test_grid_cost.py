@@ -114,3 +114,34 @@ def test_a_later_timing_replaces_only_the_cells_it_times(folders, tmp_path, caps
     assert groups["b"]["timing"] == str(again) and groups["b"]["upper_s"] == pytest.approx(10.0)  # 2 + 3 + 2 x 2.5
     assert grid_cost.main([str(protocol), str(timing), str(again), "--gpus", "1"]) == 0
     assert f"2 groups priced (1 timed in {timing}, 1 timed in {again})" in capsys.readouterr().out
+
+
+def test_epoch_cost_is_piecewise_linear_in_the_members_training():
+    sizes = {1: {"epoch": 0.9, "eval": 0.1}, 2: {"epoch": 1.5, "eval": 0.1}, 4: {"epoch": 2.9, "eval": 0.1}}
+    assert [grid_cost.epoch_cost(sizes, k) for k in (1, 2, 3, 4)] == pytest.approx([1.0, 1.6, 2.3, 3.0])
+    del sizes[4]  # beyond the sizes timed: the line through the last two
+    assert grid_cost.epoch_cost(sizes, 4) == pytest.approx(2.8)
+
+
+def test_singles_timed_apart_give_an_estimate_between_the_bounds(folders, tmp_path, capsys):
+    """Cell a also timed one member at a time (1.5 s an epoch, no test pass): its group's epochs cost 2.5 s with
+    both members training and 1.5 s with one, so 2 + 3 + 2.5 + 1.5 + 1.5; b, whose members stop together, costs its upper
+    bound. Without a singles timing of b, no estimate is printed, and the rest is unchanged."""
+    protocol, timing = folders
+    singles = _folder(tmp_path / "singles", [
+        {**_record(f"s{m}", m, 1e-3, 2, [3.0 * k, 1.5 * k], 4.5 * k, 5.0 * k, **{"train.max_epochs": 2}),
+         "group_size": 1} for m, k in (("a", 1), ("b", 2))])
+    groups = {g["mixer"]: g for g in grid_cost.grid_cost(protocol, singles, timing)["groups"]}
+    a, b = groups["a"], groups["b"]
+    assert a["estimate_s"] == pytest.approx(10.5) and a["lower_s"] < 10.5 < a["upper_s"]
+    assert b["estimate_s"] == pytest.approx(b["upper_s"]) and a["timings"] == {1: str(singles), 2: str(timing)}
+    assert a["timing"] == str(timing)  # the one-time seconds and the bounds come from the whole group's timing
+    assert grid_cost.main([str(protocol), str(singles), str(timing), "--gpus", "1"]) == 0
+    text = capsys.readouterr().out
+    assert "GPU-h estimate" in text and "h estimate" in text.splitlines()[-1]
+    lines = (singles / "results.jsonl").read_text().splitlines()
+    (singles / "results.jsonl").write_text(lines[0] + "\n")
+    assert grid_cost.main([str(protocol), str(singles), str(timing), "--gpus", "1"]) == 0
+    text = capsys.readouterr().out
+    assert "no estimate: 1 of 2 groups have their cell timed at one group size only" in text
+    assert "estimate" not in text.splitlines()[-1]

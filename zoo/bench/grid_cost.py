@@ -23,9 +23,16 @@ a_e the members still training in epoch e, from the timing records of that cell:
     lower = startup + first + sum_e (epoch + eval) a_e / G          a group costs in proportion to its members
 
 The truth lies between: a stopped member leaves the group's CUDA graph, but a group of 4 costs about 3x one run,
-not 4x (``python -m zoo.bench.step``). The wall time on k GPUs is the longest-first schedule of those group times
-over k GPUs, one group per GPU at a time, as ``python -m zoo.sweep`` queues them (ordered by measured cost here,
-by its estimate there); no number of GPUs beats the longest group.
+not 4x (``python -m zoo.bench.step``). Where the cell was also timed with fewer members at once (the same sweep
+with ``--only train.lr=...`` once per lr kept, into its own folder: groups of 1, 2, ...), the cost of an epoch with
+a_e members still training is read off the measured sizes, piecewise linear in the number of members (linear
+beyond the last two sizes):
+
+    estimate = startup + first + sum_e cost(a_e)                   cost(k): (epoch + eval) of k members at once
+
+A folder's groups have the size their records say (``group_size``). The wall time on k GPUs is the longest-first
+schedule of those group times over k GPUs, one group per GPU at a time, as ``python -m zoo.sweep`` queues them
+(ordered by measured cost here, by its estimate there); no number of GPUs beats the longest group.
 """
 from __future__ import annotations
 
@@ -88,6 +95,23 @@ def group_seconds(member_epochs: list[int], t: dict) -> tuple[float, float]:
     return fixed + longest * per_epoch, fixed + per_epoch * active / t["group_size"]
 
 
+def epoch_cost(sizes: dict[int, dict], members: int) -> float:
+    """Seconds of an epoch (training and test pass) with ``members`` training at once, from the timings of the
+    group sizes ``sizes`` (at least two): piecewise linear between measured sizes, linear beyond the last two."""
+    points = sorted((k, t["epoch"] + t["eval"]) for k, t in sizes.items())
+    i = next((j for j in range(1, len(points) - 1) if members <= points[j][0]), len(points) - 1)
+    (k0, c0), (k1, c1) = points[i - 1], points[i]
+    return c0 + (c1 - c0) * (members - k0) / (k1 - k0)
+
+
+def estimated_seconds(member_epochs: list[int], sizes: dict[int, dict]) -> float:
+    """Seconds of a group whose members trained ``member_epochs`` epochs, each epoch priced by the members still
+    training (``epoch_cost``); the one-time seconds from the largest size's timing."""
+    full = sizes[max(sizes)]
+    return full["startup"] + full["first"] + sum(
+        epoch_cost(sizes, sum(e > epoch for e in member_epochs)) for epoch in range(max(member_epochs)))
+
+
 def makespan(seconds: list[float], gpus: int) -> float:
     """Wall seconds of the jobs ``seconds`` on ``gpus`` GPUs, longest first, each to the first GPU free."""
     free = [0.0] * gpus
@@ -109,8 +133,13 @@ def grid_cost(protocol: Path, *timings: Path) -> dict:
         if not timed[timing]:
             raise ValueError(f"no finished runs in {timing}")
     keys = shared_keys(done + [r for rs in timed.values() for r in rs], NOT_CELL)
-    cell_timings = {cell: (cell_timing(rs), str(timing))
-                    for timing, records in timed.items() for cell, rs in by_cell(records, keys).items()}
+    # cell -> group size -> (timing, folder): a later folder replaces a cell's timing at the sizes it times
+    cell_timings: dict[tuple, dict[int, tuple[dict, str]]] = defaultdict(dict)
+    for timing, records in timed.items():
+        for cell, rs in by_cell(records, keys).items():
+            t = cell_timing(rs)
+            t["group_size"] = max(r.get("group_size", len(rs)) for r in rs)
+            cell_timings[cell][t["group_size"]] = t, str(timing)
     groups, missing = [], []
     for cell, rs in by_cell(done, keys).items():
         settings = dict(cell)
@@ -118,11 +147,15 @@ def grid_cost(protocol: Path, *timings: Path) -> dict:
         if cell not in cell_timings:
             missing.append(name)
             continue
-        t, timing = cell_timings[cell]
-        upper, lower = group_seconds([r["epochs"] for r in rs], t)
-        groups.append({"cell": name, "mixer": rs[0]["mixer"], "runs": len(rs), "epochs": max(r["epochs"] for r in rs),
-                       "run_epochs": sum(r["epochs"] for r in rs), "upper_s": upper, "lower_s": lower,
-                       "timing": timing, **{f"{k}_s": v for k, v in t.items() if k != "group_size"}})
+        sizes = {k: t for k, (t, _) in cell_timings[cell].items()}
+        t, timing = cell_timings[cell][max(sizes)]
+        member_epochs = [r["epochs"] for r in rs]
+        upper, lower = group_seconds(member_epochs, t)
+        estimate = estimated_seconds(member_epochs, sizes) if len(sizes) > 1 else None
+        groups.append({"cell": name, "mixer": rs[0]["mixer"], "runs": len(rs), "epochs": max(member_epochs),
+                       "run_epochs": sum(member_epochs), "upper_s": upper, "lower_s": lower, "estimate_s": estimate,
+                       "timing": timing, "timings": {k: folder for k, (_, folder) in sorted(cell_timings[cell].items())},
+                       **{f"{k}_s": v for k, v in t.items() if k != "group_size"}})
     devices = sorted({r.get("device", "?") for rs in timed.values() for r in rs})
     return {"groups": groups, "missing": missing, "devices": devices}
 
@@ -144,27 +177,36 @@ def main(argv: list[str] | None = None) -> int:
     groups = cost["groups"]
     sources = ""
     if len(args.timings) > 1:
-        counts = {str(t): sum(g["timing"] == str(t) for g in groups) for t in args.timings}
+        counts = {str(t): sum(str(t) in g["timings"].values() for g in groups) for t in args.timings}
         sources = " (" + ", ".join(f"{n} timed in {t}" for t, n in counts.items()) + ")"
     print(f"timed on: {', '.join(cost['devices'])}; {len(groups)} groups priced{sources}"
           + (f", {len(cost['missing'])} without a timing: {'; '.join(cost['missing'])}" if cost["missing"] else ""))
+    columns = ["upper", "lower"]
+    unestimated = sum(g["estimate_s"] is None for g in groups)
+    if unestimated == 0:
+        columns.append("estimate")
+    elif unestimated < len(groups):
+        print(f"no estimate: {unestimated} of {len(groups)} groups have their cell timed at one group size only")
     by_mixer: dict[str, list[dict]] = defaultdict(list)
     for g in groups:
         by_mixer[g["mixer"]].append(g)
-    print(f"{'mixer':>10} {'groups':>6} {'epochs':>7} {'run-epochs':>10} {'GPU-h upper':>11} {'GPU-h lower':>11}")
+
+    def hours(gs: list[dict]) -> str:
+        return " ".join(f"{sum(g[c + '_s'] for g in gs) / 3600:>{len(c) + 6}.2f}" for c in columns)
+
+    print(f"{'mixer':>10} {'groups':>6} {'epochs':>7} {'run-epochs':>10} " + " ".join(f"GPU-h {c}" for c in columns))
     for mixer, gs in sorted(by_mixer.items(), key=lambda kv: -sum(g["upper_s"] for g in kv[1])):
         print(f"{mixer:>10} {len(gs):>6} {sum(g['epochs'] for g in gs):>7} {sum(g['run_epochs'] for g in gs):>10} "
-              f"{sum(g['upper_s'] for g in gs) / 3600:>11.2f} {sum(g['lower_s'] for g in gs) / 3600:>11.2f}")
-    upper = [g["upper_s"] for g in groups]
-    lower = [g["lower_s"] for g in groups]
+              + hours(gs))
     print(f"{'all':>10} {len(groups):>6} {sum(g['epochs'] for g in groups):>7} "
-          f"{sum(g['run_epochs'] for g in groups):>10} {sum(upper) / 3600:>11.2f} {sum(lower) / 3600:>11.2f}")
+          f"{sum(g['run_epochs'] for g in groups):>10} " + hours(groups))
     longest = max(groups, key=lambda g: g["upper_s"])
-    print(f"longest group: {longest['cell']}, {longest['epochs']} epochs, {longest['upper_s'] / 60:.1f} min "
-          f"(upper; {longest['lower_s'] / 60:.1f} lower): no number of GPUs finishes the grid sooner")
+    print(f"longest group: {longest['cell']}, {longest['epochs']} epochs, "
+          + ", ".join(f"{longest[c + '_s'] / 60:.1f} min {c}" for c in columns)
+          + ": no number of GPUs finishes the grid sooner")
     for k in args.gpus:
-        print(f"wall on {k} GPU(s), longest first: {makespan(upper, k) / 3600:.2f} h upper, "
-              f"{makespan(lower, k) / 3600:.2f} h lower")
+        print(f"wall on {k} GPU(s), longest first: "
+              + ", ".join(f"{makespan([g[c + '_s'] for g in groups], k) / 3600:.2f} h {c}" for c in columns))
     if args.json:
         args.json.write_text(json.dumps(cost, indent=1))
     return 0
