@@ -117,3 +117,58 @@ def test_gpu_linear_parts_under_bf16_autocast_sum_the_input_gradient_in_float32(
         assert a.dtype == b.dtype
         torch.testing.assert_close(a.float(), b.float(), rtol=2 ** -6, atol=2 ** -6 * float(b.abs().max()))
     assert (got[3] - exact[3]).abs().max() <= (ref[3] - exact[3]).abs().max()
+
+
+def kept_input_grads(fn, device="cpu", dtype=torch.float64, bf16=False, matmuls=None):
+    """Gradients of x and the weights for a loss that reads x beside its parts (Mamba's conv output: the scan reads it,
+    x_proj projects it), x of ``dtype``; ``matmuls`` counts ``torch.addmm`` calls if given."""
+    leaves = [t.to(dtype) for t in parts_leaves(device)]
+    leaves = [t.detach().requires_grad_() for t in leaves]
+    x, w0, b0, w1, w2t = leaves
+    with torch.autocast(device, dtype=torch.bfloat16, enabled=bf16):
+        x_again, *outs = fn(x, [w0, w1, w2t.t()][:1 if matmuls is not None else 3],
+                            [b0, None, None][:1 if matmuls is not None else 3])
+    g = torch.Generator().manual_seed(4)
+    loss = sum((o.double() * torch.randn(o.shape, generator=g, dtype=torch.float64).to(device)).sum()
+               for o in [x_again * x_again, *outs])
+    return torch.autograd.grad(loss, [x, w0, b0] if matmuls is not None else leaves)
+
+
+def keep(x, weights, biases):
+    return linear_parts(x, weights, biases, keep_input=True)
+
+
+def beside(x, weights, biases):
+    return (x, *per_part(x, weights, biases))
+
+
+@pytest.mark.parametrize("dtype, bf16", [(torch.float64, False), (torch.float32, True)])
+def test_linear_parts_keep_the_input_and_add_its_gradient_to_theirs(dtype, bf16):
+    """x comes back as itself (the same values and dtype, under autocast too), and its gradient is the sum of its use
+    beside the parts and through them: float64 to its rounding; under bf16 autocast a float32 x's gradient adds its
+    own float32 term to the matmuls' bf16 sum."""
+    x = parts_leaves()[0].to(dtype)
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        again = linear_parts(x, [torch.randn(3, 16, dtype=dtype)], keep_input=True)[0]
+    assert torch.equal(again, x) and again.dtype == dtype
+    got, want = kept_input_grads(keep, dtype=dtype, bf16=bf16), kept_input_grads(beside, dtype=dtype, bf16=bf16)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, **({"rtol": 2 ** -6, "atol": 2 ** -6 * float(b.abs().max())} if bf16 else {}))
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_one_part_adds_the_kept_inputs_gradient_inside_its_matmul(monkeypatch, device):
+    """One part and an x of the matmul's dtype (Mamba's x_proj under autocast on a GPU): one ``addmm`` gives dx, no
+    add after it; the gradients are those of the composition."""
+    if device == "cuda" and not torch.cuda.is_available():
+        pytest.skip("needs a GPU")
+    calls = []
+    addmm = torch.addmm
+    monkeypatch.setattr(torch, "addmm", lambda *a, **k: calls.append(1) or addmm(*a, **k))
+    dtype = torch.float64 if device == "cpu" else torch.bfloat16
+    got = kept_input_grads(keep, device, dtype, matmuls=calls)
+    assert len(calls) == 1
+    want = kept_input_grads(beside, device, dtype, matmuls=[])
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a.double(), b.double(), **({} if device == "cpu" else
+                                                           {"rtol": 2 ** -6, "atol": 2 ** -6 * float(b.abs().max())}))
