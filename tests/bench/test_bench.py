@@ -190,3 +190,19 @@ def test_profile_refuses_a_cell_the_sweep_lacks_before_it_looks_for_a_gpu(capsys
     with pytest.raises(SystemExit) as exit_:
         main(["--cell", "100,64"])
     assert exit_.value.code == 2 and "N=100 is not valid" in capsys.readouterr().err
+
+
+def test_profile_ranks_aten_ops_by_their_own_gpu_time_with_their_shapes():
+    """What ``--ops`` prints, from the profiler's averages: aten ops only, by self GPU time, calls per step."""
+    from types import SimpleNamespace
+
+    from zoo.bench.profile import top_ops
+
+    def op(key, us, count, shapes):
+        return SimpleNamespace(key=key, self_device_time_total=us, count=count, input_shapes=shapes)
+
+    averages = [op("aten::copy_", 3e5, 20, [[4, 8], [4, 8]]), op("ProfilerStep*", 9e6, 1, []),
+                op("aten::mm", 5e5, 10, [[4, 8], [8, 2]]), op("aten::view", 0, 40, [[4, 8]]),
+                op("aten::copy_", 1e5, 10, [[2], [2]])]
+    assert top_ops(averages, 2, steps=10) == [("aten::mm", 0.5, 1.0, "[[4, 8], [8, 2]]"),
+                                              ("aten::copy_", 0.3, 2.0, "[[4, 8], [4, 8]]")]

@@ -81,8 +81,17 @@ def cell_configs(mixer: str, cell: tuple[int, int] | None = None, group: int = 1
     return [cell_config(mixer, shape, d, lr, sweep=sweep) for lr in lrs]
 
 
+def top_ops(averages, n: int, steps: int) -> list[tuple[str, float, float, str]]:
+    """The ``n`` aten ops with the most GPU time of their own in ``averages`` (the profiler's ``key_averages
+    (group_by_input_shape=True)``): (name, seconds, calls a step, input shapes). What launched a kernel, where the
+    kernels' names do not say (PyTorch's copies and elementwise kernels)."""
+    ops = [a for a in averages if a.key.startswith("aten::") and a.self_device_time_total > 0]
+    ops.sort(key=lambda a: -a.self_device_time_total)
+    return [(a.key, a.self_device_time_total / 1e6, a.count / steps, str(a.input_shapes)) for a in ops[:n]]
+
+
 def profile_run(mixer: str, graphs: bool, epochs: int = 1, top: int = 8, cell: tuple[int, int] | None = None,
-                group: int = 1, examples: int | None = None) -> dict:
+                group: int = 1, examples: int | None = None, ops: int = 0) -> dict:
     from torch.profiler import ProfilerActivity, profile
 
     from zoo.run import keeping_compiled_code, train_group
@@ -93,7 +102,8 @@ def profile_run(mixer: str, graphs: bool, epochs: int = 1, top: int = 8, cell: t
         train_group(cfgs, [Path(tmp) / f"warm{i}" for i in range(len(cfgs))], quiet=True)
         torch.cuda.synchronize()
         # the warm-up's compiled code stays (RWKV-7's compiled functions would compile again)
-        with keeping_compiled_code(), profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        with keeping_compiled_code(), profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],
+                                              record_shapes=ops > 0) as prof:
             t0 = time.perf_counter()
             record = train_group(cfgs, [Path(tmp) / f"run{i}" for i in range(len(cfgs))], quiet=True)[0]
             torch.cuda.synchronize()
@@ -117,7 +127,8 @@ def profile_run(mixer: str, graphs: bool, epochs: int = 1, top: int = 8, cell: t
             "epoch_s": record["history"][-1]["train_seconds"] if record["history"] else float("nan"),
             "gpu_busy_s": busy, "busy_fraction": busy / wall, "kernels_per_step": len(kernels) / steps,
             "top": [(short_name(name), round(s, 4), calls[name] / steps) for name, s in ranked],
-            "kinds": sorted(by_kind.items(), key=lambda kv: -kv[1])}
+            "kinds": sorted(by_kind.items(), key=lambda kv: -kv[1]),
+            "ops": top_ops(prof.key_averages(group_by_input_shape=True), ops, steps) if ops else []}
 
 
 def cell_arg(text: str) -> tuple[int, int]:
@@ -137,6 +148,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--group", type=int, choices=(1, 2, 3, 4), default=1,
                         help="train the sweep's first K learning rates as one group")
     parser.add_argument("--examples", type=int, help="training examples an epoch (default: the sweep's 100000)")
+    parser.add_argument("--ops", type=int, default=0,
+                        help="also list this many aten ops by their own GPU time, with their input shapes (with "
+                             "--graphs off: a replayed CUDA graph runs no ops the profiler sees)")
     args = parser.parse_args(argv)
     try:
         cfg = cell_configs(args.mixers[0], args.cell, args.group, args.examples)[0]
@@ -153,7 +167,8 @@ def main(argv: list[str] | None = None) -> int:
     modes = {"on": [True], "off": [False], "both": [False, True]}[args.graphs]
     for mixer in args.mixers:
         for graphs in modes:
-            r = profile_run(mixer, graphs, top=args.top, cell=args.cell, group=args.group, examples=args.examples)
+            r = profile_run(mixer, graphs, top=args.top, cell=args.cell, group=args.group, examples=args.examples,
+                            ops=args.ops)
             print(f"{mixer:<9} graphs={'on ' if graphs else 'off'} wall {r['wall_s']:.3f} s "
                   f"(epoch {r['epoch_s']:.3f} s)"
                   f"  GPU busy {r['gpu_busy_s']:.3f} s = {100 * r['busy_fraction']:.0f}%"
@@ -163,6 +178,8 @@ def main(argv: list[str] | None = None) -> int:
             print("    by kind: " + ", ".join(f"{kind} {s:.3f} s" for kind, s in r["kinds"]))
             for name, s, per_step in r["top"]:
                 print(f"    {s:8.4f} s  {per_step:5.1f}/step  {name}")
+            for name, s, per_step, shapes in r["ops"]:
+                print(f"    op {s:8.4f} s  {per_step:5.1f}/step  {name} {shapes}")
     return 0
 
 
