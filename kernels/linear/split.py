@@ -35,29 +35,21 @@ def _column_sum(g: torch.Tensor) -> torch.Tensor:
 
 class _LinearParts(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, dtype, keep_input, *weights_and_biases):
-        ctx.set_materialize_grads(False)
-        ctx.keep_input = keep_input
+    def forward(ctx, x, dtype, *weights_and_biases):
         weights, biases = weights_and_biases[0::2], weights_and_biases[1::2]
         xc = x if dtype is None else x.to(dtype)
         wcs = [w if dtype is None else w.to(dtype) for w in weights]
         bcs = [b if b is None or dtype is None else b.to(dtype) for b in biases]
-        any_weight_grad = any(ctx.needs_input_grad[3::2])
+        any_weight_grad = any(ctx.needs_input_grad[2::2])
         ctx.save_for_backward(xc if any_weight_grad else None, *(wcs if ctx.needs_input_grad[0] else ()))
         ctx.dtypes = x.dtype, [w.dtype for w in weights], [None if b is None else b.dtype for b in biases]
         ctx.x_shape = x.shape
-        parts = tuple(F.linear(xc, w, b) for w, b in zip(wcs, bcs))
-        ctx.parts = [(p.shape, p.dtype, p.device) for p in parts]  # to make the gradient of a part left unused
-        return (x, *parts) if keep_input else parts
+        return tuple(F.linear(xc, w, b) for w, b in zip(wcs, bcs))
 
     @staticmethod
     def backward(ctx, *grads):
         xc, *wcs = ctx.saved_tensors
         x_dtype, w_dtypes, b_dtypes = ctx.dtypes
-        g_input = grads[0] if ctx.keep_input else None
-        grads = grads[1:] if ctx.keep_input else grads
-        grads = [torch.zeros(shape, dtype=dtype, device=device) if g is None else g
-                 for g, (shape, dtype, device) in zip(grads, ctx.parts)]
         grads = [g.reshape(-1, g.shape[-1]) for g in grads]
         dx = None
         if ctx.needs_input_grad[0]:
@@ -66,39 +58,29 @@ class _LinearParts(torch.autograd.Function):
                 dx = torch.mm(grads[0], wcs[0], out_dtype=torch.float32)
                 for g, w in zip(grads[1:], wcs[1:]):
                     torch.addmm(dx, g, w, out_dtype=torch.float32, out=dx)  # in place: no copy of dx first
-                if g_input is not None:
-                    dx += g_input.reshape(dx.shape)
             else:
-                fused = g_input is not None and g_input.dtype == grads[0].dtype  # added inside the first matmul
-                dx = torch.addmm(g_input.reshape(-1, g_input.shape[-1]), grads[0], wcs[0]) if fused else \
-                    grads[0] @ wcs[0]
+                dx = grads[0] @ wcs[0]
                 for g, w in zip(grads[1:], wcs[1:]):
                     dx.addmm_(g, w)
-                if g_input is not None and not fused:  # x of another dtype than the matmuls' (autocast's cast)
-                    dx = g_input.reshape(dx.shape) + dx
             dx = dx.view(ctx.x_shape).to(x_dtype)
         param_grads = []
         x2 = None if xc is None else xc.reshape(-1, xc.shape[-1])
         for i, g in enumerate(grads):
-            dw = weight_grad(g, x2, w_dtypes[i]) if ctx.needs_input_grad[3 + 2 * i] else None
-            db = _column_sum(g).to(b_dtypes[i]) if ctx.needs_input_grad[4 + 2 * i] else None
+            dw = weight_grad(g, x2, w_dtypes[i]) if ctx.needs_input_grad[2 + 2 * i] else None
+            db = _column_sum(g).to(b_dtypes[i]) if ctx.needs_input_grad[3 + 2 * i] else None
             param_grads += [dw, db]
-        return dx, None, None, *param_grads
+        return dx, None, *param_grads
 
 
-def linear_parts(x: torch.Tensor, weights, biases=None, keep_input: bool = False) -> tuple[torch.Tensor, ...]:
+def linear_parts(x: torch.Tensor, weights, biases=None) -> tuple[torch.Tensor, ...]:
     """``F.linear(x, w_i, b_i)`` for every weight [n_i, K] (and bias [n_i] or None) of ``weights`` (``biases``) ->
-    a contiguous [..., n_i] tensor per part, x cast once; values and dtypes as ``F.linear``'s (autocast too).
-
-    ``keep_input``: x itself comes first, for a caller that uses it beside the parts (Mamba's conv output, read by
-    the scan and by x_proj): its gradient is added to the parts' input gradient inside the first matmul (``addmm``)
-    where the dtypes agree, not by an add kernel of its own after the matmul (both [M, K])."""
+    a contiguous [..., n_i] tensor per part, x cast once; values and dtypes as ``F.linear``'s (autocast too)."""
     biases = [None] * len(weights) if biases is None else list(biases)
     if len(biases) != len(weights) or not weights:
         raise ValueError(f"linear_parts: {len(weights)} weights and {len(biases)} biases: expected one bias (or None) "
                          "per weight, at least one weight")
     pairs = [t for pair in zip(weights, biases) for t in pair]
-    return _LinearParts.apply(x, matmul_dtype(x), keep_input, *pairs)
+    return _LinearParts.apply(x, matmul_dtype(x), *pairs)
 
 
 def split_linear(x: torch.Tensor, weight: torch.Tensor, sizes: list[int]) -> tuple[torch.Tensor, ...]:

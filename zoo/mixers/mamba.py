@@ -77,9 +77,8 @@ class Mamba(nn.Module):
         else:
             w_x, w_z = self.in_proj.weight.split([E, E])
             (x,), (z,) = linear_parts(u, [w_x]), linear_parts(rows_at(u, positions), [w_z])
-        # x feeds the scan and x_proj: its two gradients meet inside x_proj's input-gradient matmul
-        x, xdbc = linear_parts(self.conv(x), [self.x_proj.weight], keep_input=True)
-        dt, B, C = xdbc.split([self.dt_rank, self.d_state, self.d_state], dim=-1)
+        x = self.conv(x)
+        dt, B, C = self.x_proj(x).split([self.dt_rank, self.d_state, self.d_state], dim=-1)
         y = selective_scan(x, self.dt_proj(dt), -torch.exp(self.A_log.float()), B, C, D=self.D,
                            z=z if positions is None else None, delta_bias=self.dt_bias, delta_softplus=True,
                            out_dtype=u.dtype)
