@@ -10,8 +10,6 @@ import torch
 
 from zoo.kernels.backend import NAIVE, check_backend, named_or_gpu, record
 from zoo.kernels.gatedfwa.naive import gate_cumsum_ref, gated_window_attention_ref
-from zoo.kernels.gatedfwa.qk_norm import QKNorm
-from zoo.kernels.layer_norm.naive import rms_norm_naive
 
 BACKENDS = ("auto", "triton", NAIVE)
 
@@ -42,14 +40,10 @@ def gate_cumsum(h: torch.Tensor, beta: torch.Tensor, eps: float = 1e-6, backend:
     return gate_cumsum_ref(h, beta, eps)
 
 
-def gated_window_attention(q, k, v, u, window: int, scale: float | None = None, backend: str = "auto",
-                           qk_norm: QKNorm | None = None):
+def gated_window_attention(q, k, v, u, window: int, scale: float | None = None, backend: str = "auto"):
     """Sliding-window attention with the GatedFWA decay bias (Algorithm 2).
 
-    Query ``i`` attends to keys ``i - window < j <= i`` with logits ``q_i . k_j * scale + u_i - u_j``; with
-    ``qk_norm`` (:class:`QKNorm`: weights [D] or None, eps) q and k are RMS-normalized over D first, as
-    ``zoo.kernels.layer_norm.rms_norm`` does (float32 math, written in their dtype): the Triton kernels do it as they
-    load each block, and keep no normalized copy.
+    Query ``i`` attends to keys ``i - window < j <= i`` with logits ``q_i . k_j * scale + u_i - u_j``.
 
     Args:
         q, k, v: (B, T, H, D), any strides; bf16, fp16 or fp32 (fp64 on the naive backend).
@@ -68,19 +62,10 @@ def gated_window_attention(q, k, v, u, window: int, scale: float | None = None, 
                          f"(B, T, H, D) shape of q, {tuple(q.shape)}")
     if u is not None and u.shape != q.shape[:3]:
         raise ValueError(f"u.shape={tuple(u.shape)} is not valid: expected (B, T, H) = {tuple(q.shape[:3])}")
-    if qk_norm is not None:
-        for name, w in zip(("weight_q", "weight_k"), qk_norm[:2]):
-            if w is not None and w.shape != q.shape[-1:]:
-                raise ValueError(f"qk_norm.{name}.shape={tuple(w.shape)} is not valid: expected (D,) = "
-                                 f"{tuple(q.shape[-1:])}")
-        if (qk_norm.weight_q is None) != (qk_norm.weight_k is None):
-            raise ValueError("qk_norm: expected both weights or neither")
     if _use_triton("gatedfwa.attention", backend, q):
         from zoo.kernels.gatedfwa.attention import gated_window_attention_triton
-        return gated_window_attention_triton(q, k, v, u, window, scale, qk_norm)
-    if qk_norm is not None:
-        q, k = (rms_norm_naive(x, w, qk_norm.eps_for(x), None, x.dtype) for x, w in zip((q, k), qk_norm[:2]))
+        return gated_window_attention_triton(q, k, v, u, window, scale)
     return gated_window_attention_ref(q, k, v, u, window, scale)
 
 
-__all__ = ["gate_cumsum", "gated_window_attention", "QKNorm", "BACKENDS"]
+__all__ = ["gate_cumsum", "gated_window_attention", "BACKENDS"]

@@ -26,9 +26,7 @@ import triton
 import triton.language as tl
 
 from zoo.kernels.backend import not_compiled
-from zoo.kernels.gatedfwa.qk_norm import QKNorm
 from zoo.kernels.layout import last_dim_contiguous
-from zoo.kernels.partial_sums import sum_rows
 
 LOG2E = tl.constexpr(1.4426950408889634)  # a constexpr, so the kernels can read it too
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
@@ -38,39 +36,6 @@ INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 def _band_mask(offs_m, offs_n, T, window):
     return (offs_n[None, :] <= offs_m[:, None]) & (offs_n[None, :] > offs_m[:, None] - window) & \
         (offs_m[:, None] < T) & (offs_n[None, :] < T)
-
-
-@triton.jit
-def _qk_norm(x, w_ptr, offs_d, D, eps, HAS_WEIGHT: tl.constexpr, AXIS: tl.constexpr):
-    """RMSNorm of a tile of q or k rows along its head dim ``AXIS`` (1: [rows, D], 0: [D, rows]; padded columns
-    zero), times the weight [D]: float32 math, rounded to x's dtype as the norm's own kernel writes it."""
-    xf = x.to(tl.float32)
-    rstd = 1.0 / tl.sqrt(tl.sum(xf * xf, AXIS) / D + eps)
-    if AXIS == 1:
-        y = xf * rstd[:, None]
-        if HAS_WEIGHT:
-            y *= tl.load(w_ptr + offs_d, mask=offs_d < D, other=0.0)[None, :]
-    else:
-        y = xf * rstd[None, :]
-        if HAS_WEIGHT:
-            y *= tl.load(w_ptr + offs_d, mask=offs_d < D, other=0.0)[:, None]
-    return y.to(x.dtype)
-
-
-@triton.jit
-def _qk_norm_bwd(x, g, w_ptr, offs_d, D, eps, row_mask, HAS_WEIGHT: tl.constexpr):
-    """(dL/dx [rows, BLOCK_D] float32, this tile's share of dL/dweight [BLOCK_D]) of ``_qk_norm`` over [rows, D]
-    tiles, from x and g = dL/dy (float32)."""
-    xf = x.to(tl.float32)
-    rstd = 1.0 / tl.sqrt(tl.sum(xf * xf, 1) / D + eps)
-    x_hat = xf * rstd[:, None]
-    if HAS_WEIGHT:
-        gw = g * tl.load(w_ptr + offs_d, mask=offs_d < D, other=0.0)[None, :]
-        dw = tl.sum(tl.where(row_mask[:, None], g * x_hat, 0.0), 0)
-    else:  # no weight, no weight gradient (the caller stores none)
-        gw = g
-        dw = tl.sum(g, 0)
-    return rstd[:, None] * (gw - x_hat * (tl.sum(gw * x_hat, 1) / D)[:, None]), dw
 
 
 @triton.jit
@@ -96,15 +61,13 @@ def _key_logits(q, k_t, u_base, offs_n, s_ut, T, qk_scale, HAS_GATE: tl.constexp
 
 @triton.jit
 def _fwd_keys(acc, m_i, l_i, q, offs_m, k_base, v_base, u_base, s_kt, s_vt, s_ut, lo, hi, T, window,
-              qk_scale, offs_d, D, wk_ptr, eps, BLOCK_N: tl.constexpr, HAS_GATE: tl.constexpr, MASK: tl.constexpr,
-              PREC: tl.constexpr, QK_NORM: tl.constexpr, HAS_WEIGHT: tl.constexpr):
+              qk_scale, offs_d, D, BLOCK_N: tl.constexpr, HAS_GATE: tl.constexpr, MASK: tl.constexpr,
+              PREC: tl.constexpr):
     """Online-softmax update of one query block over key blocks lo..hi."""
     for start_n in range(lo, hi, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
         k_t = tl.load(k_base + offs_n[None, :] * s_kt + offs_d[:, None],
                       mask=(offs_n[None, :] < T) & (offs_d[:, None] < D), other=0.0)
-        if QK_NORM:
-            k_t = _qk_norm(k_t, wk_ptr, offs_d, D, eps, HAS_WEIGHT, 0)
         s = _key_logits(q, k_t, u_base, offs_n, s_ut, T, qk_scale, HAS_GATE, PREC)
         if MASK:
             s = tl.where(_band_mask(offs_m, offs_n, T, window), s, float("-inf"))
@@ -121,10 +84,10 @@ def _fwd_keys(acc, m_i, l_i, q, offs_m, k_base, v_base, u_base, s_kt, s_vt, s_ut
 
 
 @triton.jit
-def _attn_fwd(q_ptr, k_ptr, v_ptr, u_ptr, o_ptr, lse_ptr, wq_ptr, wk_ptr, T, H, window, qk_scale, eps,
+def _attn_fwd(q_ptr, k_ptr, v_ptr, u_ptr, o_ptr, lse_ptr, T, H, window, qk_scale,
               s_qb, s_qt, s_qh, s_kb, s_kt, s_kh, s_vb, s_vt, s_vh, s_ub, s_ut, s_uh, s_ob, s_ot, s_oh,
               D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-              HAS_GATE: tl.constexpr, PREC: tl.constexpr, QK_NORM: tl.constexpr, HAS_WEIGHT: tl.constexpr):
+              HAS_GATE: tl.constexpr, PREC: tl.constexpr):
     start_m = tl.program_id(0) * BLOCK_M
     bh = tl.program_id(1)
     b, h = bh // H, bh % H
@@ -132,8 +95,6 @@ def _attn_fwd(q_ptr, k_ptr, v_ptr, u_ptr, o_ptr, lse_ptr, wq_ptr, wk_ptr, T, H, 
     offs_d = tl.arange(0, BLOCK_D)
     q_mask = (offs_m[:, None] < T) & (offs_d[None, :] < D)
     q = tl.load(q_ptr + b * s_qb + h * s_qh + offs_m[:, None] * s_qt + offs_d[None, :], mask=q_mask, other=0.0)
-    if QK_NORM:
-        q = _qk_norm(q, wq_ptr, offs_d, D, eps, HAS_WEIGHT, 1)
     u_base = u_ptr + b * s_ub + h * s_uh
     k_base = k_ptr + b * s_kb + h * s_kh
     v_base = v_ptr + b * s_vb + h * s_vh
@@ -142,14 +103,11 @@ def _attn_fwd(q_ptr, k_ptr, v_ptr, u_ptr, o_ptr, lse_ptr, wq_ptr, wk_ptr, T, H, 
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc, m_i, l_i = _fwd_keys(acc, m_i, l_i, q, offs_m, k_base, v_base, u_base, s_kt, s_vt, s_ut, lo, mid,
-                              T, window, qk_scale, offs_d, D, wk_ptr, eps, BLOCK_N, HAS_GATE, True, PREC,
-                              QK_NORM, HAS_WEIGHT)
+                              T, window, qk_scale, offs_d, D, BLOCK_N, HAS_GATE, True, PREC)
     acc, m_i, l_i = _fwd_keys(acc, m_i, l_i, q, offs_m, k_base, v_base, u_base, s_kt, s_vt, s_ut, mid, start_m,
-                              T, window, qk_scale, offs_d, D, wk_ptr, eps, BLOCK_N, HAS_GATE, False, PREC,
-                              QK_NORM, HAS_WEIGHT)
+                              T, window, qk_scale, offs_d, D, BLOCK_N, HAS_GATE, False, PREC)
     acc, m_i, l_i = _fwd_keys(acc, m_i, l_i, q, offs_m, k_base, v_base, u_base, s_kt, s_vt, s_ut, start_m, end,
-                              T, window, qk_scale, offs_d, D, wk_ptr, eps, BLOCK_N, HAS_GATE, True, PREC,
-                              QK_NORM, HAS_WEIGHT)
+                              T, window, qk_scale, offs_d, D, BLOCK_N, HAS_GATE, True, PREC)
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)
     m_safe = tl.where(m_i == float("-inf"), 0.0, m_i)
     o = acc / l_safe[:, None]
@@ -175,18 +133,14 @@ def _bwd_delta(o_ptr, do_ptr, delta_ptr, T, H, s_ob, s_ot, s_oh, s_db, s_dt, s_d
 
 @triton.jit
 def _dkdv_queries(dk, dv, du, k, v, u_j, offs_n, q_base, do_base, lse_base, delta_base, s_qt, s_dt,
-                  lo, hi, T, window, qk_scale, offs_d, D, wq_ptr, eps, BLOCK_M: tl.constexpr,
-                  HAS_GATE: tl.constexpr, MASK: tl.constexpr, PREC: tl.constexpr, QK_NORM: tl.constexpr,
-                  HAS_WEIGHT: tl.constexpr):
-    """Accumulate one key block's dk, dv, du over query blocks lo..hi, in transposed [N, M] tiles (k normalized
-    already, each query block normalized here with ``QK_NORM``; dk is the normalized keys' gradient)."""
+                  lo, hi, T, window, qk_scale, offs_d, D, BLOCK_M: tl.constexpr, HAS_GATE: tl.constexpr,
+                  MASK: tl.constexpr, PREC: tl.constexpr):
+    """Accumulate one key block's dk, dv, du over query blocks lo..hi, in transposed [N, M] tiles."""
     for start_m in range(lo, hi, BLOCK_M):
         offs_m = start_m + tl.arange(0, BLOCK_M)
         row_mask = offs_m < T
         qd_mask = row_mask[:, None] & (offs_d[None, :] < D)
         q = tl.load(q_base + offs_m[:, None] * s_qt + offs_d[None, :], mask=qd_mask, other=0.0)
-        if QK_NORM:
-            q = _qk_norm(q, wq_ptr, offs_d, D, eps, HAS_WEIGHT, 1)
         do = tl.load(do_base + offs_m[:, None] * s_dt + offs_d[None, :], mask=qd_mask, other=0.0)
         lse = tl.load(lse_base + offs_m, mask=row_mask, other=0.0)
         delta = tl.load(delta_base + offs_m, mask=row_mask, other=0.0)
@@ -206,24 +160,19 @@ def _dkdv_queries(dk, dv, du, k, v, u_j, offs_n, q_base, do_base, lse_base, delt
 
 
 @triton.jit
-def _attn_bwd_dkdv(q_ptr, k_ptr, v_ptr, u_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, du_ptr, wq_ptr, wk_ptr,
-                   dwk_ptr, T, H, window, qk_scale, eps, s_qb, s_qt, s_qh, s_kb, s_kt, s_kh, s_vb, s_vt, s_vh,
-                   s_ub, s_ut, s_uh, s_db, s_dt, s_dh, s_gb, s_gt, s_gh, s_wb, s_wt, s_wh,
+def _attn_bwd_dkdv(q_ptr, k_ptr, v_ptr, u_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, du_ptr, T, H, window,
+                   qk_scale, s_qb, s_qt, s_qh, s_kb, s_kt, s_kh, s_vb, s_vt, s_vh, s_ub, s_ut, s_uh,
+                   s_db, s_dt, s_dh, s_gb, s_gt, s_gh, s_wb, s_wt, s_wh,
                    D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-                   HAS_GATE: tl.constexpr, PREC: tl.constexpr, QK_NORM: tl.constexpr, HAS_WEIGHT: tl.constexpr):
-    """One key block: dk, dv (strides s_g*) and du (B, T, H, strides s_w*) over the queries that see it; with
-    ``QK_NORM`` dk through the key norm, and this block's share of the key norm's weight gradient in row
-    (program 0 index, batch * head) of dwk [cdiv(T, BLOCK_N) * B * H, D]."""
+                   HAS_GATE: tl.constexpr, PREC: tl.constexpr):
+    """One key block: dk, dv (strides s_g*) and du (B, T, H, strides s_w*) over the queries that see it."""
     start_n = tl.program_id(0) * BLOCK_N
     bh = tl.program_id(1)
     b, h = bh // H, bh % H
     offs_n = start_n + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
     kv_mask = (offs_n[:, None] < T) & (offs_d[None, :] < D)
-    k_raw = tl.load(k_ptr + b * s_kb + h * s_kh + offs_n[:, None] * s_kt + offs_d[None, :], mask=kv_mask, other=0.0)
-    k = k_raw
-    if QK_NORM:
-        k = _qk_norm(k_raw, wk_ptr, offs_d, D, eps, HAS_WEIGHT, 1)
+    k = tl.load(k_ptr + b * s_kb + h * s_kh + offs_n[:, None] * s_kt + offs_d[None, :], mask=kv_mask, other=0.0)
     v = tl.load(v_ptr + b * s_vb + h * s_vh + offs_n[:, None] * s_vt + offs_d[None, :], mask=kv_mask, other=0.0)
     u_j = tl.load(u_ptr + b * s_ub + h * s_uh + offs_n * s_ut, mask=offs_n < T, other=0.0)
     q_base = q_ptr + b * s_qb + h * s_qh
@@ -240,21 +189,13 @@ def _attn_bwd_dkdv(q_ptr, k_ptr, v_ptr, u_ptr, do_ptr, lse_ptr, delta_ptr, dk_pt
     du = tl.zeros([BLOCK_N], dtype=tl.float32)
     lse_base, delta_base = lse_ptr + bh * T, delta_ptr + bh * T
     dk, dv, du = _dkdv_queries(dk, dv, du, k, v, u_j, offs_n, q_base, do_base, lse_base, delta_base, s_qt, s_dt,
-                               start_n, mid, T, window, qk_scale, offs_d, D, wq_ptr, eps, BLOCK_M, HAS_GATE, True, PREC,
-                               QK_NORM, HAS_WEIGHT)
+                               start_n, mid, T, window, qk_scale, offs_d, D, BLOCK_M, HAS_GATE, True, PREC)
     dk, dv, du = _dkdv_queries(dk, dv, du, k, v, u_j, offs_n, q_base, do_base, lse_base, delta_base, s_qt, s_dt,
-                               mid, hi, T, window, qk_scale, offs_d, D, wq_ptr, eps, BLOCK_M, HAS_GATE, False, PREC,
-                               QK_NORM, HAS_WEIGHT)
+                               mid, hi, T, window, qk_scale, offs_d, D, BLOCK_M, HAS_GATE, False, PREC)
     dk, dv, du = _dkdv_queries(dk, dv, du, k, v, u_j, offs_n, q_base, do_base, lse_base, delta_base, s_qt, s_dt,
-                               hi, end, T, window, qk_scale, offs_d, D, wq_ptr, eps, BLOCK_M, HAS_GATE, True, PREC,
-                               QK_NORM, HAS_WEIGHT)
+                               hi, end, T, window, qk_scale, offs_d, D, BLOCK_M, HAS_GATE, True, PREC)
     out = b * s_gb + h * s_gh + offs_n[:, None] * s_gt + offs_d[None, :]
-    dk = dk * (qk_scale / LOG2E)
-    if QK_NORM:
-        dk, dwk = _qk_norm_bwd(k_raw, dk, wk_ptr, offs_d, D, eps, offs_n < T, HAS_WEIGHT)
-        if HAS_WEIGHT:
-            tl.store(dwk_ptr + (tl.program_id(0) * tl.num_programs(1) + bh) * D + offs_d, dwk, mask=offs_d < D)
-    tl.store(dk_ptr + out, dk.to(dk_ptr.dtype.element_ty), mask=kv_mask)
+    tl.store(dk_ptr + out, (dk * (qk_scale / LOG2E)).to(dk_ptr.dtype.element_ty), mask=kv_mask)
     tl.store(dv_ptr + out, dv.to(dv_ptr.dtype.element_ty), mask=kv_mask)
     if HAS_GATE:
         tl.store(du_ptr + b * s_wb + h * s_wh + offs_n * s_wt, du, mask=offs_n < T)
@@ -262,16 +203,13 @@ def _attn_bwd_dkdv(q_ptr, k_ptr, v_ptr, u_ptr, do_ptr, lse_ptr, delta_ptr, dk_pt
 
 @triton.jit
 def _dq_keys(dq, q, do, lse, delta, offs_m, k_base, v_base, u_base, s_kt, s_vt, s_ut, lo, hi, T, window,
-             qk_scale, offs_d, D, wk_ptr, eps, BLOCK_N: tl.constexpr, HAS_GATE: tl.constexpr, MASK: tl.constexpr,
-             PREC: tl.constexpr, QK_NORM: tl.constexpr, HAS_WEIGHT: tl.constexpr):
-    """Accumulate one query block's dq over key blocks lo..hi (the normalized queries' gradient with
-    ``QK_NORM``, each key block normalized here)."""
+             qk_scale, offs_d, D, BLOCK_N: tl.constexpr, HAS_GATE: tl.constexpr, MASK: tl.constexpr,
+             PREC: tl.constexpr):
+    """Accumulate one query block's dq over key blocks lo..hi."""
     for start_n in range(lo, hi, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
         k = tl.load(k_base + offs_n[:, None] * s_kt + offs_d[None, :],
                     mask=(offs_n[:, None] < T) & (offs_d[None, :] < D), other=0.0)
-        if QK_NORM:
-            k = _qk_norm(k, wk_ptr, offs_d, D, eps, HAS_WEIGHT, 1)
         v_t = tl.load(v_base + offs_n[None, :] * s_vt + offs_d[:, None],
                       mask=(offs_n[None, :] < T) & (offs_d[:, None] < D), other=0.0)
         s = _key_logits(q, tl.trans(k), u_base, offs_n, s_ut, T, qk_scale, HAS_GATE, PREC)
@@ -284,13 +222,12 @@ def _dq_keys(dq, q, do, lse, delta, offs_m, k_base, v_base, u_base, s_kt, s_vt, 
 
 
 @triton.jit
-def _attn_bwd_dq(q_ptr, k_ptr, v_ptr, u_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr, wq_ptr, wk_ptr, dwq_ptr, T, H,
-                 window, qk_scale, eps, s_qb, s_qt, s_qh, s_kb, s_kt, s_kh, s_vb, s_vt, s_vh, s_ub, s_ut, s_uh,
+def _attn_bwd_dq(q_ptr, k_ptr, v_ptr, u_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr, T, H, window,
+                 qk_scale, s_qb, s_qt, s_qh, s_kb, s_kt, s_kh, s_vb, s_vt, s_vh, s_ub, s_ut, s_uh,
                  s_db, s_dt, s_dh, s_gb, s_gt, s_gh,
                  D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-                 HAS_GATE: tl.constexpr, PREC: tl.constexpr, QK_NORM: tl.constexpr, HAS_WEIGHT: tl.constexpr):
-    """One query block: dq (strides s_g*); with ``QK_NORM`` through the query norm, and this block's share of its
-    weight gradient in row (program 0 index, batch * head) of dwq [cdiv(T, BLOCK_M) * B * H, D]."""
+                 HAS_GATE: tl.constexpr, PREC: tl.constexpr):
+    """One query block: dq (strides s_g*)."""
     start_m = tl.program_id(0) * BLOCK_M
     bh = tl.program_id(1)
     b, h = bh // H, bh % H
@@ -298,10 +235,7 @@ def _attn_bwd_dq(q_ptr, k_ptr, v_ptr, u_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr,
     offs_d = tl.arange(0, BLOCK_D)
     row_mask = offs_m < T
     q_mask = row_mask[:, None] & (offs_d[None, :] < D)
-    q_raw = tl.load(q_ptr + b * s_qb + h * s_qh + offs_m[:, None] * s_qt + offs_d[None, :], mask=q_mask, other=0.0)
-    q = q_raw
-    if QK_NORM:
-        q = _qk_norm(q_raw, wq_ptr, offs_d, D, eps, HAS_WEIGHT, 1)
+    q = tl.load(q_ptr + b * s_qb + h * s_qh + offs_m[:, None] * s_qt + offs_d[None, :], mask=q_mask, other=0.0)
     do = tl.load(do_ptr + b * s_db + h * s_dh + offs_m[:, None] * s_dt + offs_d[None, :], mask=q_mask, other=0.0)
     lse = tl.load(lse_ptr + bh * T + offs_m, mask=row_mask, other=0.0)
     delta = tl.load(delta_ptr + bh * T + offs_m, mask=row_mask, other=0.0)
@@ -311,21 +245,13 @@ def _attn_bwd_dq(q_ptr, k_ptr, v_ptr, u_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr,
     lo, mid, end = _key_blocks(start_m, T, window, BLOCK_M, BLOCK_N)
     dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
     dq = _dq_keys(dq, q, do, lse, delta, offs_m, k_base, v_base, u_base, s_kt, s_vt, s_ut, lo, mid,
-                  T, window, qk_scale, offs_d, D, wk_ptr, eps, BLOCK_N, HAS_GATE, True, PREC,
-                  QK_NORM, HAS_WEIGHT)
+                  T, window, qk_scale, offs_d, D, BLOCK_N, HAS_GATE, True, PREC)
     dq = _dq_keys(dq, q, do, lse, delta, offs_m, k_base, v_base, u_base, s_kt, s_vt, s_ut, mid,
-                  start_m, T, window, qk_scale, offs_d, D, wk_ptr, eps, BLOCK_N, HAS_GATE, False, PREC,
-                  QK_NORM, HAS_WEIGHT)
+                  start_m, T, window, qk_scale, offs_d, D, BLOCK_N, HAS_GATE, False, PREC)
     dq = _dq_keys(dq, q, do, lse, delta, offs_m, k_base, v_base, u_base, s_kt, s_vt, s_ut, start_m,
-                  end, T, window, qk_scale, offs_d, D, wk_ptr, eps, BLOCK_N, HAS_GATE, True, PREC,
-                  QK_NORM, HAS_WEIGHT)
-    dq = dq * (qk_scale / LOG2E)
-    if QK_NORM:
-        dq, dwq = _qk_norm_bwd(q_raw, dq, wq_ptr, offs_d, D, eps, row_mask, HAS_WEIGHT)
-        if HAS_WEIGHT:
-            tl.store(dwq_ptr + (tl.program_id(0) * tl.num_programs(1) + bh) * D + offs_d, dwq, mask=offs_d < D)
+                  end, T, window, qk_scale, offs_d, D, BLOCK_N, HAS_GATE, True, PREC)
     tl.store(dq_ptr + b * s_gb + h * s_gh + offs_m[:, None] * s_gt + offs_d[None, :],
-             dq.to(dq_ptr.dtype.element_ty), mask=q_mask)
+             (dq * (qk_scale / LOG2E)).to(dq_ptr.dtype.element_ty), mask=q_mask)
 
 
 @dataclass(frozen=True)
@@ -362,39 +288,26 @@ def _strides(x):
     return [x.stride(i) for i in range(x.dim() - 1)]
 
 
-def _norm_args(norm: QKNorm | None, like: torch.Tensor) -> tuple:
-    """(weight_q, weight_k, eps, QK_NORM, HAS_WEIGHT) for a launch: dummy pointers (``like``) where there is none."""
-    if norm is None:
-        return like, like, 0.0, False, False
-    has = norm.weight_q is not None
-    return (norm.weight_q.float().contiguous() if has else like, norm.weight_k.float().contiguous() if has else like,
-            float(norm.eps), True, has)
-
-
-def attention_fwd(q, k, v, u, window: int, scale: float, blocks: Blocks | None = None, norm: QKNorm | None = None):
+def attention_fwd(q, k, v, u, window: int, scale: float, blocks: Blocks | None = None):
     """o (B, T, H, D) like q and lse (B, H, T) fp32; u is (B, T, H) fp32 in log2 units (u * log2(e)), or None.
-    ``blocks``: the kernel's launch, the table's (:func:`default_blocks`) when None; ``norm``: q and k normalized
-    in the kernel (:class:`QKNorm`), or None."""
+    ``blocks``: the kernel's launch, the table's (:func:`default_blocks`) when None."""
     B, T, H, D = q.shape
     o = torch.empty(B, T, H, D, device=q.device, dtype=q.dtype)
     lse = torch.empty(B, H, T, device=q.device, dtype=torch.float32)
     blocks = blocks or default_blocks("fwd", D, q.device)
     gate = q if u is None else u
-    wq, wk, eps, qk_norm, has_weight = _norm_args(norm, lse)
     _attn_fwd[(triton.cdiv(T, blocks.m), B * H)](
-        q, k, v, gate, o, lse, wq, wk, T, H, window, scale * LOG2E.value, eps,
+        q, k, v, gate, o, lse, T, H, window, scale * LOG2E.value,
         *_strides(q), *_strides(k), *_strides(v), *(_strides(u) + [u.stride(2)] if u is not None else [0, 0, 0]),
         *_strides(o), D=D, BLOCK_M=blocks.m, BLOCK_N=blocks.n, BLOCK_D=max(16, triton.next_power_of_2(D)),
-        HAS_GATE=u is not None, PREC=_precision(q), QK_NORM=qk_norm, HAS_WEIGHT=has_weight,
-        num_warps=blocks.warps, num_stages=blocks.stages)
+        HAS_GATE=u is not None, PREC=_precision(q), num_warps=blocks.warps, num_stages=blocks.stages)
     return o, lse
 
 
 def attention_bwd(q, k, v, u, o, lse, do, window: int, scale: float, dkdv_blocks: Blocks | None = None,
-                  dq_blocks: Blocks | None = None, norm: QKNorm | None = None):
-    """(dq, dk, dv, du, dweight_q, dweight_k): gradients like q, k, v, du (B, T, H) fp32 (None without a gate) and
-    the norm's weights' (float32; None without ``norm`` or its weights). ``dkdv_blocks``, ``dq_blocks``: the two
-    kernels' launches, the table's (:func:`default_blocks`) when None."""
+                  dq_blocks: Blocks | None = None):
+    """(dq, dk, dv, du): gradients like q, k, v and du (B, T, H) fp32 (None without a gate). ``dkdv_blocks``,
+    ``dq_blocks``: the two kernels' launches, the table's (:func:`default_blocks`) when None."""
     B, T, H, D = q.shape
     block_d = max(16, triton.next_power_of_2(D))
     delta = torch.empty(B, H, T, device=q.device, dtype=torch.float32)
@@ -406,25 +319,18 @@ def attention_bwd(q, k, v, u, o, lse, do, window: int, scale: float, dkdv_blocks
     gate = q if u is None else u
     u_strides = _strides(u) + [u.stride(2)] if u is not None else [0, 0, 0]
     du = torch.empty(B, T, H, device=q.device, dtype=torch.float32) if u is not None else None
-    wq, wk, eps, qk_norm, has_weight = _norm_args(norm, delta)
-    # the norms' weight gradients: one float32 row of partial sums per program, summed in a fixed order after
-    dwk = torch.empty(triton.cdiv(T, dkdv_blocks.n) * B * H, D, device=q.device) if has_weight else delta
-    dwq = torch.empty(triton.cdiv(T, dq_blocks.m) * B * H, D, device=q.device) if has_weight else delta
-    common = dict(BLOCK_D=block_d, D=D, HAS_GATE=u is not None, PREC=_precision(q), QK_NORM=qk_norm,
-                  HAS_WEIGHT=has_weight)
+    common = dict(BLOCK_D=block_d, D=D, HAS_GATE=u is not None, PREC=_precision(q))
     _attn_bwd_dkdv[(triton.cdiv(T, dkdv_blocks.n), B * H)](
-        q, k, v, gate, do, lse, delta, dk, dv, du if du is not None else delta, wq, wk, dwk, T, H, window,
-        scale * LOG2E.value, eps, *_strides(q), *_strides(k), *_strides(v), *u_strides, *_strides(do),
-        *_strides(dk), *(_strides(du) + [du.stride(2)] if du is not None else [0, 0, 0]),
+        q, k, v, gate, do, lse, delta, dk, dv, du if du is not None else delta, T, H, window, scale * LOG2E.value,
+        *_strides(q), *_strides(k), *_strides(v), *u_strides, *_strides(do), *_strides(dk),
+        *(_strides(du) + [du.stride(2)] if du is not None else [0, 0, 0]),
         BLOCK_M=dkdv_blocks.m, BLOCK_N=dkdv_blocks.n, **common, num_warps=dkdv_blocks.warps,
         num_stages=dkdv_blocks.stages)
     _attn_bwd_dq[(triton.cdiv(T, dq_blocks.m), B * H)](
-        q, k, v, gate, do, lse, delta, dq, wq, wk, dwq, T, H, window, scale * LOG2E.value, eps,
+        q, k, v, gate, do, lse, delta, dq, T, H, window, scale * LOG2E.value,
         *_strides(q), *_strides(k), *_strides(v), *u_strides, *_strides(do), *_strides(dq),
         BLOCK_M=dq_blocks.m, BLOCK_N=dq_blocks.n, **common, num_warps=dq_blocks.warps, num_stages=dq_blocks.stages)
-    if not has_weight:
-        return dq, dk, dv, du, None, None
-    return dq, dk, dv, du, sum_rows(dwq), sum_rows(dwk)
+    return dq, dk, dv, du
 
 
 def _precision(q: torch.Tensor) -> str:
@@ -439,40 +345,29 @@ def log2_gate(u: torch.Tensor) -> torch.Tensor:
 
 
 class GatedWindowAttention(torch.autograd.Function):
-    """Autograd wrapper of the forward and backward kernels; gradients flow to q, k, v, u and the QK norm's
-    weights."""
+    """Autograd wrapper of the forward and backward kernels; gradients flow to q, k, v and u."""
 
     @staticmethod
-    def forward(ctx, q, k, v, u, weight_q, weight_k, window, scale, norm_eps):
+    def forward(ctx, q, k, v, u, window, scale):
         q, k, v = (last_dim_contiguous(x) for x in (q, k, v))
         if u is not None:
             u = log2_gate(u)
-        norm = None if norm_eps is None else QKNorm(weight_q, weight_k, norm_eps)
-        o, lse = attention_fwd(q, k, v, u, window, scale, norm=norm)
-        ctx.save_for_backward(q, k, v, u, o, lse, weight_q, weight_k)
-        ctx.window, ctx.scale, ctx.norm_eps = window, scale, norm_eps
-        ctx.weight_dtypes = [None if w is None else w.dtype for w in (weight_q, weight_k)]
+        o, lse = attention_fwd(q, k, v, u, window, scale)
+        ctx.save_for_backward(q, k, v, u, o, lse)
+        ctx.window, ctx.scale = window, scale
         return o
 
     @staticmethod
     def backward(ctx, do):
-        q, k, v, u, o, lse, weight_q, weight_k = ctx.saved_tensors
-        norm = None if ctx.norm_eps is None else QKNorm(weight_q, weight_k, ctx.norm_eps)
-        dq, dk, dv, du, dwq, dwk = attention_bwd(q, k, v, u, o, lse, last_dim_contiguous(do), ctx.window, ctx.scale,
-                                                 norm=norm)
-        dwq, dwk = (None if g is None else g.to(dtype) for g, dtype in zip((dwq, dwk), ctx.weight_dtypes))
-        return dq, dk, dv, du, dwq, dwk, None, None, None
+        q, k, v, u, o, lse = ctx.saved_tensors
+        dq, dk, dv, du = attention_bwd(q, k, v, u, o, lse, last_dim_contiguous(do), ctx.window, ctx.scale)
+        return dq, dk, dv, du, None, None
 
 
 # Opaque to torch.compile: Inductor failed on the GatedFWA model (H100, torch 2.11, Triton 3.6: InductorError
 # in its compile subprocess), and it has nothing to fuse into a hand-written kernel.
 @not_compiled
-def gated_window_attention_triton(q, k, v, u, window: int, scale: float | None = None,
-                                  qk_norm: QKNorm | None = None):
-    """Triton version of :func:`zoo.kernels.gatedfwa.naive.gated_window_attention_ref` (with ``qk_norm``, of that
-    on RMS-normalized q and k)."""
+def gated_window_attention_triton(q, k, v, u, window: int, scale: float | None = None):
+    """Triton version of :func:`zoo.kernels.gatedfwa.naive.gated_window_attention_ref`."""
     scale = q.shape[-1] ** -0.5 if scale is None else scale
-    if qk_norm is None:
-        return GatedWindowAttention.apply(q, k, v, u, None, None, window, scale, None)
-    return GatedWindowAttention.apply(q, k, v, u, qk_norm.weight_q, qk_norm.weight_k, window, scale,
-                                      qk_norm.eps_for(q))
+    return GatedWindowAttention.apply(q, k, v, u, window, scale)

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from zoo.kernels.gatedfwa import QKNorm, gate_cumsum, gated_window_attention
+from zoo.kernels.gatedfwa import gate_cumsum, gated_window_attention
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -87,44 +87,6 @@ def test_gradients_reach_the_gate_inputs():
         torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-3)
 
 
-def normalized(x, w, eps):
-    """The QK norm's statement in float64: x / rms(x) * w over the head dim."""
-    y = x * torch.rsqrt(x.square().mean(-1, keepdim=True) + eps)
-    return y if w is None else y * w
-
-
-@pytest.mark.parametrize("B,T,H,D,window,gate,decay", [CASES[0], CASES[2], CASES[5]])
-@pytest.mark.parametrize("weights", [True, False])
-def test_qk_norm_inside_the_kernels_matches_normalizing_first(B, T, H, D, window, gate, decay, weights):
-    """Both backends with ``qk_norm`` against the dense formula on normalized q and k (float64): the output, the
-    gradients of the raw q, k, v, u and of the two weights (gains around 1; or the plain norm without them). Raw q
-    and k are scaled up, as projections are before their norm."""
-    q, k, v, u = make(B, T, H, D, gate, decay)
-    q, k = 3 * q, 0.5 * k
-    g = torch.Generator(device=DEVICE).manual_seed(D)
-    wq, wk = ((1 + 0.3 * torch.randn(D, dtype=torch.float64, device=DEVICE, generator=g)) if weights else None
-              for _ in range(2))
-    grad_out = torch.randn_like(q)
-    eps = 1e-6
-    tensors = [q, k, v, u] + ([wq, wk] if weights else [])
-
-    def dense(q, k, v, u, wq=None, wk=None):
-        return dense_attention(normalized(q, wq, eps), normalized(k, wk, eps), v, u, window, D ** -0.5)
-
-    def ours(backend, q, k, v, u, wq=None, wk=None):
-        return gated_window_attention(q, k, v, u, window, backend=backend, qk_norm=QKNorm(wq, wk, eps))
-
-    ref = grads_of(dense, tensors, grad_out)
-    names = ["o", "dq", "dk", "dv", "du", "dwq", "dwk"][:1 + len(tensors) - (not gate)]
-    for backend, dtype in (("naive", torch.float64), ("triton", torch.float32)):
-        got = grads_of(lambda *x: ours(backend, *x), [None if t is None else t.to(dtype) for t in tensors],
-                       grad_out.to(dtype))
-        assert len(got) == len(ref) == len(names)
-        for name, a, b in zip(names, got, ref):
-            tol = {} if dtype == torch.float64 else dict(atol=1e-4, rtol=1e-3)
-            torch.testing.assert_close(a.double(), b, **tol, msg=f"{backend} {name}")
-
-
 def test_bad_arguments_are_value_errors():
     q, k, v, u = make(1, 8, 1, 16, True, 0.0)
     with pytest.raises(ValueError, match="window"):
@@ -133,10 +95,6 @@ def test_bad_arguments_are_value_errors():
         gated_window_attention(q, k, v, u[:, :4], 4)
     with pytest.raises(ValueError, match="backend"):
         gated_window_attention(q, k, v, u, 4, backend="flex")
-    with pytest.raises(ValueError, match=r"qk_norm.weight_k.shape=\(8,\) is not valid: expected \(D,\) = \(16,\)"):
-        gated_window_attention(q, k, v, u, 4, qk_norm=QKNorm(torch.ones(16), torch.ones(8), 1e-6))
-    with pytest.raises(ValueError, match="both weights or neither"):
-        gated_window_attention(q, k, v, u, 4, qk_norm=QKNorm(torch.ones(16), None, 1e-6))
 
 
 GPU_CASES = [  # B, T, H, D, window, decay
@@ -172,36 +130,6 @@ def test_gpu_matches_float64_reference(B, T, H, D, window, decay, dtype, gate):
         assert err < tol, f"{name}: relative error {err:.2e}"
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("B,T,H,D,window,decay", [GPU_CASES[0], GPU_CASES[4]])
-def test_gpu_qk_norm_in_the_kernels_is_as_close_as_normalizing_first(B, T, H, D, window, decay):
-    """bf16, gains around 1: the fused norm's output and gradients (raw q, k, v, u, both weights) against the
-    float64 statement, no further from it than the bf16 norm kernel followed by the attention kernels."""
-    from zoo.kernels.layer_norm import rms_norm
-    q, k, v, u = make(B, T, H, D, True, decay)
-    q, k = 3 * q, 0.5 * k
-    g = torch.Generator(device="cuda").manual_seed(0)
-    wq, wk = (1 + 0.3 * torch.randn(D, device="cuda", generator=g) for _ in range(2))
-    grad_out = torch.randn_like(q)
-    low = [t.to(torch.bfloat16) for t in (q, k, v)] + [u.float(), wq, wk]
-
-    def fused(q, k, v, u, wq, wk):
-        return gated_window_attention(q, k, v, u, window, backend="triton", qk_norm=QKNorm(wq, wk, 1e-6))
-
-    def apart(q, k, v, u, wq, wk):
-        return gated_window_attention(rms_norm(q, wq, 1e-6), rms_norm(k, wk, 1e-6), v, u, window, backend="triton")
-
-    def exact(q, k, v, u, wq, wk):
-        return dense_attention(normalized(q, wq, 1e-6), normalized(k, wk, 1e-6), v, u, window, D ** -0.5)
-
-    ref = grads_of(exact, [t.double() for t in low], grad_out.double())
-    got = grads_of(fused, low, grad_out.to(torch.bfloat16))
-    before = grads_of(apart, low, grad_out.to(torch.bfloat16))
-    for name, a, b, r in zip(["o", "dq", "dk", "dv", "du", "dwq", "dwk"], got, before, ref):
-        err, err_apart = (((x.double() - r).norm() / r.norm()).item() for x in (a, b))
-        assert err < max(2e-2, 1.5 * err_apart), f"{name}: relative error {err:.2e} (norm apart: {err_apart:.2e})"
-
-
 @pytest.mark.parametrize("kind,m,n", [("fwd", 16, 32), ("dq", 16, 32), ("dkdv", 32, 16)])
 def test_blocks_that_break_the_tiling_are_refused(kind, m, n):
     """A query block smaller than the forward's key block (or dK/dV's key block smaller than its query block)
@@ -217,17 +145,14 @@ def test_blocks_that_break_the_tiling_are_refused(kind, m, n):
 
 @pytest.mark.parametrize("fwd,dkdv,dq", [((64, 32), (32, 32), (64, 16)), ((16, 16), (16, 64), (32, 32))])
 def test_other_blocks_give_the_same_attention(fwd, dkdv, dq):
-    """The launches the kernel bench sweeps (``--attention-blocks``) compute what the table's do, the QK norm's
-    weight gradients (one row of partial sums per program) included."""
+    """The launches the kernel bench sweeps (``--attention-blocks``) compute what the table's do."""
     from zoo.kernels.gatedfwa.attention import Blocks, attention_bwd, attention_fwd, log2_gate
     q, k, v, u = make(2, 70, 2, 16, True, 0.0, torch.float32)
     u = log2_gate(u)
     do = torch.randn_like(q)
-    norm = QKNorm(torch.rand(16, device=DEVICE) + 0.5, torch.rand(16, device=DEVICE) + 0.5, 1e-6)
-    o, lse = attention_fwd(q, k, v, u, 20, 0.25, norm=norm)
-    grads = attention_bwd(q, k, v, u, o, lse, do, 20, 0.25, norm=norm)
-    o2, lse2 = attention_fwd(q, k, v, u, 20, 0.25, Blocks(*fwd), norm=norm)
-    grads2 = attention_bwd(q, k, v, u, o, lse, do, 20, 0.25, Blocks(*dkdv), Blocks(*dq), norm=norm)
-    assert len(grads) == 6 and all(g is not None for g in grads)
+    o, lse = attention_fwd(q, k, v, u, 20, 0.25)
+    grads = attention_bwd(q, k, v, u, o, lse, do, 20, 0.25)
+    o2, lse2 = attention_fwd(q, k, v, u, 20, 0.25, Blocks(*fwd))
+    grads2 = attention_bwd(q, k, v, u, o, lse, do, 20, 0.25, Blocks(*dkdv), Blocks(*dq))
     for a, b in zip((o, lse, *grads), (o2, lse2, *grads2)):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)

@@ -41,7 +41,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from zoo.kernels.attention import softmax_attention
-from zoo.kernels.gatedfwa import QKNorm, gate_cumsum, gated_window_attention
+from zoo.kernels.gatedfwa import gate_cumsum, gated_window_attention
 from zoo.kernels.layer_norm import RMSNorm
 from zoo.kernels.linear import Linear
 from zoo.kernels.linear.split import linear_parts
@@ -128,11 +128,6 @@ class GatedFWA(SlidingWindowAttention):
         else:
             self.out_gate = None
 
-    def _fused_qk_norm(self) -> QKNorm | None:
-        """The QK norm as the window attention applies it in its kernels (the norms' weights, None for "plain", and
-        eps), or None without a norm."""
-        return None if self.qk_norm == "none" else QKNorm(self.q_norm.weight, self.k_norm.weight, self.q_norm.eps)
-
     @staticmethod
     def _make_qk_norm(kind: str, head_dim: int) -> nn.Module:
         if kind == "none":
@@ -165,8 +160,9 @@ class GatedFWA(SlidingWindowAttention):
         if self.rope:
             q, k = apply_rope(q), apply_rope(k)
         u = gate_cumsum(h + self.gate_bias, 1 + F.elu(beta), eps=self.eps) if self.decay else None
-        if positions is None:  # the QK norm inside the window attention's kernels
-            o = gated_window_attention(q, k, v, u, self.window, qk_norm=self._fused_qk_norm())
+        if positions is None:
+            q, k = self.q_norm(q), self.k_norm(k)
+            o = gated_window_attention(q, k, v, u, self.window)
         else:
             q, k, z = self.q_norm(rows_at(q, positions)), self.k_norm(k), z if z is None else rows_at(z, positions)
             # the decay u_i - u_j without u_i, which is constant along a query's softmax row: (B, H, 1, L)
