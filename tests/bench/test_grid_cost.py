@@ -145,3 +145,18 @@ def test_singles_timed_apart_give_an_estimate_between_the_bounds(folders, tmp_pa
     text = capsys.readouterr().out
     assert "no estimate: 1 of 2 groups have their cell timed at one group size only" in text
     assert "estimate" not in text.splitlines()[-1]
+
+
+def test_the_epoch_table_prints_each_size_timed_against_one_mixer(folders, tmp_path, capsys):
+    """``--epochs a``: per group size, a later epoch of each cell and mixer, and its ratio to mixer a's."""
+    protocol, timing = folders
+    singles = _folder(tmp_path / "singles", [
+        {**_record(f"s{m}", m, 1e-3, 2, [3.0 * k, 1.5 * k], 4.5 * k, 5.0 * k, **{"train.max_epochs": 2}),
+         "group_size": 1} for m, k in (("a", 1), ("b", 2))])
+    assert grid_cost.main([str(protocol), str(singles), str(timing), "--gpus", "1", "--epochs", "a"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    i = lines.index("a later epoch's training, s, 1 member(s) at once (x a):")
+    assert lines[i + 1].split() == ["cell", "a", "b"]
+    assert lines[i + 2].split() == ["d=64,", "seed=0", "1.50", "(1.00)", "3.00", "(2.00)"]
+    assert lines[i + 3] == "a later epoch's training, s, 2 member(s) at once (x a):"
+    assert lines[i + 5].split() == ["d=64,", "seed=0", "2.00", "(1.00)", "4.00", "(2.00)"]

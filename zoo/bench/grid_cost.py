@@ -3,6 +3,7 @@ trained before its early stop) and a short timing sweep of the same cells (how l
 epoch now, early stopping off).
 
     python -m zoo.bench.grid_cost results/mqar results/mqar_timing [later timings ...] [--gpus 1,4,8] [--json cost.json]
+        [--epochs softmax]   (also: a later epoch of every cell timed, per group size, against softmax's)
 
 A later timing folder of some cells (timed again after a change to their mixers) replaces those cells' timing and
 keeps the others'; each group says which folder priced it. The timing folder comes from the same sweep file with
@@ -39,6 +40,7 @@ from __future__ import annotations
 import argparse
 import heapq
 import json
+import re
 import statistics
 import sys
 from collections import defaultdict
@@ -139,11 +141,11 @@ def grid_cost(protocol: Path, *timings: Path) -> dict:
         for cell, rs in by_cell(records, keys).items():
             t = cell_timing(rs)
             t["group_size"] = max(r.get("group_size", len(rs)) for r in rs)
+            t["mixer"] = rs[0]["mixer"]
             cell_timings[cell][t["group_size"]] = t, str(timing)
     groups, missing = [], []
     for cell, rs in by_cell(done, keys).items():
-        settings = dict(cell)
-        name = ", ".join(f"{short}={json.loads(settings[k])}" for k, short in NAMED if k in settings)
+        name = _name(dict(cell))
         if cell not in cell_timings:
             missing.append(name)
             continue
@@ -155,9 +157,38 @@ def grid_cost(protocol: Path, *timings: Path) -> dict:
         groups.append({"cell": name, "mixer": rs[0]["mixer"], "runs": len(rs), "epochs": max(member_epochs),
                        "run_epochs": sum(member_epochs), "upper_s": upper, "lower_s": lower, "estimate_s": estimate,
                        "timing": timing, "timings": {k: folder for k, (_, folder) in sorted(cell_timings[cell].items())},
-                       **{f"{k}_s": v for k, v in t.items() if k != "group_size"}})
+                       **{f"{k}_s": v for k, v in t.items() if k not in ("group_size", "mixer")}})
     devices = sorted({r.get("device", "?") for rs in timed.values() for r in rs})
-    return {"groups": groups, "missing": missing, "devices": devices}
+    epochs = [{"cell": _name(dict(cell), mixer=False), "mixer": t["mixer"], "members": k, "epoch_s": t["epoch"]}
+              for cell, sizes in cell_timings.items() for k, (t, _) in sorted(sizes.items())]
+    return {"groups": groups, "missing": missing, "devices": devices, "epochs": epochs}
+
+
+def _name(settings: dict, mixer: bool = True) -> str:
+    """A cell's short name from its settings (json values), e.g. "mixer=mamba, N=512, d=512, seed=0"."""
+    return ", ".join(f"{short}={json.loads(settings[k])}" for k, short in NAMED
+                     if k in settings and (mixer or short != "mixer"))
+
+
+def epoch_table(epochs: list[dict], against: str) -> list[str]:
+    """Lines of a table per group size timed: a later epoch's training seconds of each cell (rows) and mixer
+    (columns), and its ratio to ``against``'s at the same cell and size."""
+    lines = []
+    mixers = sorted({e["mixer"] for e in epochs}, key=lambda m: (m != against, m))
+    for members in sorted({e["members"] for e in epochs}):
+        at = {(e["cell"], e["mixer"]): e["epoch_s"] for e in epochs if e["members"] == members}
+        cells = sorted({e["cell"] for e in epochs if e["members"] == members},
+                       key=lambda c: [int(n) for n in re.findall(r"\d+", c)])  # by N, then d
+        lines.append(f"a later epoch's training, s, {members} member(s) at once (x {against}):")
+        lines.append(f"{'cell':<22}" + "".join(f"{m:>16}" for m in mixers))
+        for cell in cells:
+            base = at.get((cell, against))
+            row = []
+            for m in mixers:
+                s = at.get((cell, m))
+                row.append("-" if s is None else f"{s:.2f}" + ("" if base is None else f" ({s / base:.2f})"))
+            lines.append(f"{cell:<22}" + "".join(f"{r:>16}" for r in row))
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -168,6 +199,8 @@ def main(argv: list[str] | None = None) -> int:
                              "a cell, the last one's timing counts")
     parser.add_argument("--gpus", type=positive_counts, default="1,4,8", help="GPU counts to schedule the groups on")
     parser.add_argument("--json", type=Path, help="also write every group's numbers to this file")
+    parser.add_argument("--epochs", metavar="MIXER",
+                        help="also print a later epoch of every cell timed, per group size, and its ratio to MIXER's")
     args = parser.parse_args(argv)
     try:
         cost = grid_cost(args.protocol, *args.timings)
@@ -207,6 +240,8 @@ def main(argv: list[str] | None = None) -> int:
     for k in args.gpus:
         print(f"wall on {k} GPU(s), longest first: "
               + ", ".join(f"{makespan([g[c + '_s'] for g in groups], k) / 3600:.2f} h {c}" for c in columns))
+    if args.epochs:
+        print("\n".join(epoch_table(cost["epochs"], args.epochs)))
     if args.json:
         args.json.write_text(json.dumps(cost, indent=1))
     return 0
