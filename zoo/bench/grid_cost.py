@@ -70,7 +70,8 @@ def by_cell(records: list[dict], keys: list[str]) -> dict[tuple, list[dict]]:
 
 
 def cell_timing(records: list[dict]) -> dict:
-    """Seconds of one cell's timing group (its members' records, at least two epochs each)."""
+    """Seconds of one cell's timing group (its members' records, at least two epochs each), and its size: the
+    members that trained at once (``group_size`` of the records; records written before zoo kept it: how many)."""
     r = max(records, key=lambda rec: rec["wall_seconds"])  # the members share the epochs; the last one out
     epochs = [h["train_seconds"] for h in r["history"]]
     if len(epochs) < 2:
@@ -84,7 +85,7 @@ def cell_timing(records: list[dict]) -> dict:
     else:  # a later epoch's test pass; the first one's extra (graph capture) and the rest are paid once
         evaluation = statistics.median(tests[1:])
         first += max(0.0, outside - evaluation * len(epochs))
-    return {"group_size": len(records), "epoch": epoch, "first": first, "eval": evaluation,
+    return {"group_size": max(rec.get("group_size", len(records)) for rec in records), "epoch": epoch, "first": first, "eval": evaluation,
             "startup": max(0.0, r["wall_seconds"] - r["train_seconds"])}
 
 
@@ -140,8 +141,6 @@ def grid_cost(protocol: Path, *timings: Path) -> dict:
     for timing, records in timed.items():
         for cell, rs in by_cell(records, keys).items():
             t = cell_timing(rs)
-            t["group_size"] = max(r.get("group_size", len(rs)) for r in rs)
-            t["mixer"] = rs[0]["mixer"]
             cell_timings[cell][t["group_size"]] = t, str(timing)
     groups, missing = [], []
     for cell, rs in by_cell(done, keys).items():
@@ -157,9 +156,10 @@ def grid_cost(protocol: Path, *timings: Path) -> dict:
         groups.append({"cell": name, "mixer": rs[0]["mixer"], "runs": len(rs), "epochs": max(member_epochs),
                        "run_epochs": sum(member_epochs), "upper_s": upper, "lower_s": lower, "estimate_s": estimate,
                        "timing": timing, "timings": {k: folder for k, (_, folder) in sorted(cell_timings[cell].items())},
-                       **{f"{k}_s": v for k, v in t.items() if k not in ("group_size", "mixer")}})
+                       **{f"{k}_s": v for k, v in t.items() if k != "group_size"}})
     devices = sorted({r.get("device", "?") for rs in timed.values() for r in rs})
-    epochs = [{"cell": _name(dict(cell), mixer=False), "mixer": t["mixer"], "members": k, "epoch_s": t["epoch"]}
+    epochs = [{"cell": _name(dict(cell), mixer=False), "mixer": json.loads(dict(cell)["model.mixer"]), "members": k,
+               "epoch_s": t["epoch"]}
               for cell, sizes in cell_timings.items() for k, (t, _) in sorted(sizes.items())]
     return {"groups": groups, "missing": missing, "devices": devices, "epochs": epochs}
 
