@@ -160,3 +160,6 @@ def test_the_epoch_table_prints_each_size_timed_against_one_mixer(folders, tmp_p
     assert lines[i + 2].split() == ["d=64,", "seed=0", "1.50", "(1.00)", "3.00", "(2.00)"]
     assert lines[i + 3] == "a later epoch's training, s, 2 member(s) at once (x a):"
     assert lines[i + 5].split() == ["d=64,", "seed=0", "2.00", "(1.00)", "4.00", "(2.00)"]
+    assert grid_cost.main([str(protocol), str(singles), str(timing), "--epochs", "c"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and "--epochs=c is not valid: expected one of the timed mixers ['a', 'b']" in captured.err

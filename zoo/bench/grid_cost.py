@@ -207,6 +207,11 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         print(f"grid_cost: {e}", file=sys.stderr)
         return 2
+    timed_mixers = sorted({e["mixer"] for e in cost["epochs"]})
+    if args.epochs is not None and args.epochs not in timed_mixers:
+        print(f"grid_cost: --epochs={args.epochs} is not valid: expected one of the timed mixers {timed_mixers}",
+              file=sys.stderr)
+        return 2
     groups = cost["groups"]
     sources = ""
     if len(args.timings) > 1:
