@@ -344,6 +344,25 @@ def flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
     return flat
 
 
+def settings_config(settings: dict[str, Any]) -> dict:
+    """A record's ``settings`` (``record_fields``) back to the resolved plain config of its run: the inverse of
+    ``flatten``, the ``ADDED_KEYS`` a record leaves out set to their earlier value, then ``resolve``d (so a key
+    zoo no longer knows is a ``ConfigError``). ``run_id`` of the result is the record's id."""
+    run: dict = {}
+    for key, value in settings.items():
+        if isinstance(value, str) and value[:1] in "[{":  # flatten's JSON text of a list or an empty mapping
+            decoded = json.loads(value)
+            value = decoded if _canon(decoded) == value else value
+        *sections, leaf = key.split(".")
+        node = run
+        for section in sections:
+            node = node.setdefault(section, {})
+        node[leaf] = value
+    for (section, key), value in ADDED_KEYS.items():
+        run.setdefault(section, {}).setdefault(key, value)
+    return resolve(run)
+
+
 def record_fields(cfg, spec: RunSpec) -> dict[str, Any]:
     """What a run's result record says about its config (and its ``spec``), for the leaderboard and for humans.
 

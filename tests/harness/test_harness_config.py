@@ -1,7 +1,7 @@
 """Bad input fails before any training, naming the key, the value and the allowed values."""
 import pytest
 
-from zoo.config import make_run_config, plain, run_id, validate
+from zoo.config import make_run_config, plain, record_fields, resolve, run_id, settings_config, validate
 from zoo.errors import ConfigError
 from zoo.sweep import load_sweep, main as sweep_main
 
@@ -58,6 +58,20 @@ def test_a_key_added_later_keeps_earlier_run_ids():
     assert run_id(base) == run_id(earlier)
     default = make_run_config({"model": {"mixer": "swa"}})
     assert default.model.embed_dropout == 0.1 and run_id(default) != run_id(base)
+
+
+@pytest.mark.parametrize("raw", [
+    {"model": {"mixer": "softmax", "mixer_kwargs": {"num_heads": 2}, "embed_dropout": 0.0}, "train": {"lr": 1e-3}},
+    {"model": {"mixer": "hyena"}, "task": {"name": "mqar", "params": {"vocab_size": 64, "input_seq_len": 32},
+                                          "train": [{"num_examples": 8, "num_kv_pairs": 2}], "test": [{"num_examples": 4}]}},
+    {"train": {"betas": [0.9, 0.95], "loggers": ["csv"]}, "seed": 3},
+])
+def test_a_records_settings_give_back_its_config(raw):
+    """``settings_config`` inverts the flattening of a record's ``settings``: lists from their JSON text, empty
+    mappings, nested kwargs, and a key added later at its earlier value (left out of the settings)."""
+    cfg = make_run_config(raw)
+    settings = record_fields(cfg, validate(cfg))["settings"]
+    assert settings_config(settings) == resolve(cfg) and run_id(settings_config(settings)) == run_id(cfg)
 
 
 def test_sweep_grid_tied_axes_and_per_mixer_kwargs(write_sweep):

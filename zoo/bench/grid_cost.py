@@ -144,7 +144,7 @@ def grid_cost(protocol: Path, *timings: Path) -> dict:
             cell_timings[cell][t["group_size"]] = t, str(timing)
     groups, missing = [], []
     for cell, rs in by_cell(done, keys).items():
-        name = _name(dict(cell))
+        name = cell_name(dict(cell))
         if cell not in cell_timings:
             missing.append(name)
             continue
@@ -158,16 +158,21 @@ def grid_cost(protocol: Path, *timings: Path) -> dict:
                        "timing": timing, "timings": {k: folder for k, (_, folder) in sorted(cell_timings[cell].items())},
                        **{f"{k}_s": v for k, v in t.items() if k != "group_size"}})
     devices = sorted({r.get("device", "?") for rs in timed.values() for r in rs})
-    epochs = [{"cell": _name(dict(cell), mixer=False), "mixer": json.loads(dict(cell)["model.mixer"]), "members": k,
+    epochs = [{"cell": cell_name(dict(cell), mixer=False), "mixer": json.loads(dict(cell)["model.mixer"]), "members": k,
                "epoch_s": t["epoch"]}
               for cell, sizes in cell_timings.items() for k, (t, _) in sorted(sizes.items())]
     return {"groups": groups, "missing": missing, "devices": devices, "epochs": epochs}
 
 
-def _name(settings: dict, mixer: bool = True) -> str:
+def cell_name(settings: dict, mixer: bool = True) -> str:
     """A cell's short name from its settings (json values), e.g. "mixer=mamba, N=512, d=512, seed=0"."""
     return ", ".join(f"{short}={json.loads(settings[k])}" for k, short in NAMED
                      if k in settings and (mixer or short != "mixer"))
+
+
+def cell_order(name: str) -> list[int]:
+    """Sort key of ``cell_name``s: by N, then d (their numbers in order)."""
+    return [int(n) for n in re.findall(r"\d+", name)]
 
 
 def epoch_table(epochs: list[dict], against: str) -> list[str]:
@@ -177,8 +182,7 @@ def epoch_table(epochs: list[dict], against: str) -> list[str]:
     mixers = sorted({e["mixer"] for e in epochs}, key=lambda m: (m != against, m))
     for members in sorted({e["members"] for e in epochs}):
         at = {(e["cell"], e["mixer"]): e["epoch_s"] for e in epochs if e["members"] == members}
-        cells = sorted({e["cell"] for e in epochs if e["members"] == members},
-                       key=lambda c: [int(n) for n in re.findall(r"\d+", c)])  # by N, then d
+        cells = sorted({e["cell"] for e in epochs if e["members"] == members}, key=cell_order)
         lines.append(f"a later epoch's training, s, {members} member(s) at once (x {against}):")
         lines.append(f"{'cell':<22}" + "".join(f"{m:>16}" for m in mixers))
         for cell in cells:

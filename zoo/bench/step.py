@@ -8,6 +8,9 @@ Beside a group of G models (the G learning rates of a sweep cell, ``zoo.step``) 
 the batch: the same examples' work in kernels G times as large, with one set of weights and one optimiser step,
 which no way of training G models side by side (streams, stacked weights, vmap) can undercut by much. Its ratio
 to one run is how cheap a group of G can get at that shape.
+
+``TFLOP/s`` is one run's rate with CUDA graphs on the matmuls that have a weight operand (``zoo.bench.flops``,
+counted on a CPU copy of the model): the projections and the head, not the sequence mixing.
 """
 from __future__ import annotations
 
@@ -17,6 +20,7 @@ import time
 
 import torch
 
+from zoo.bench.flops import linear_costs
 from zoo.data import LabelledSegment
 from zoo.mixers.registry import list_mixers
 from zoo.model import LanguageModel
@@ -45,6 +49,17 @@ def make_step(mixer: str, batch: int, seq_len: int, d_model: int, device: torch.
         members.append(Member(model, forward, build_optimizer(model, train_cfg, cuda, graphs and cuda)))
     step = TrainStep(members, bf16=cuda, grad_clip=None, graphs=graphs and cuda)
     return (lambda: step(seg.inputs, seg.positions, seg.targets)), members[0].model
+
+
+def step_flops(mixer: str, batch: int, seq_len: int, d_model: int, n_layers: int = 2) -> float:
+    """Training FLOPs of one step of ``make_step``'s model and batch on the matmuls with a weight operand."""
+    from zoo.tasks import get_task
+
+    task = get_task("mqar")(vocab_size=VOCAB, input_seq_len=seq_len, num_kv_pairs=max(1, seq_len // 16))
+    torch.manual_seed(0)
+    model = LanguageModel(VOCAB, d_model, n_layers=n_layers, mixer=mixer, max_seq_len=seq_len)
+    per_example, per_step = linear_costs(model, task)
+    return per_step["training"] + batch * per_example["training"]
 
 
 def _median_ms(step, device: torch.device, warmup: int, iters: int) -> float:
@@ -79,6 +94,7 @@ def step_times(mixers: list[str], batch: int = 256, seq_len: int = 256, d_model:
             step, model = make_step(mixer, batch, seq_len, d_model, device, graphs=False)
             row["eager_ms"] = _median_ms(step, device, warmup, iters)
             row["params"] = sum(p.numel() for p in model.parameters())
+            row["step_flops"] = step_flops(mixer, batch, seq_len, d_model)
 
             def graphed_ms(batch_: int, group_: int = 1, compile_: bool = False) -> float:
                 ms = _median_ms(make_step(mixer, batch_, seq_len, d_model, device, True, group_, compile=compile_)[0],
@@ -94,7 +110,7 @@ def step_times(mixers: list[str], batch: int = 256, seq_len: int = 256, d_model:
             row["peak_gb"] = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else float("nan")
         except Exception as e:  # noqa: BLE001 - one broken mixer must not hide the others' timings
             row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-        for key in ("eager_ms", "graphs_ms", "group_ms", "wide_ms", "peak_gb") + (("compile_ms",) if compile else ()):
+        for key in ("eager_ms", "graphs_ms", "group_ms", "wide_ms", "peak_gb", "step_flops") + (("compile_ms",) if compile else ()):
             row.setdefault(key, float("nan"))
         row.setdefault("params", 0)
         rows.append(row)
@@ -111,13 +127,14 @@ def header(group: int = 4) -> str:
     """The column names of :func:`format_row`: group{G} is G models in one step, batchx{G} one model at G times
     the batch, each with its ratio to one run ("x one")."""
     return (f"{'mixer':<15} {'eager ms':>9} {'graphs ms':>9} {'x softmax':>9} {f'group{group} ms':>9} {'x one':>6} "
-            f"{f'batchx{group} ms':>11} {'x one':>6} {'params':>10} {'peak GB':>8}")
+            f"{f'batchx{group} ms':>11} {'x one':>6} {'params':>10} {'peak GB':>8} {'TFLOP/s':>8}")
 
 
 def format_row(r: dict) -> str:
     return (f"{r['mixer']:<15} {r['eager_ms']:>9.2f} {r['graphs_ms']:>9.2f} {r['ratio_to_softmax']:>9.2f} "
             f"{r['group_ms']:>9.2f} {r['group_ms'] / r['graphs_ms']:>6.2f} {r['wide_ms']:>11.2f} "
-            f"{r['wide_ms'] / r['graphs_ms']:>6.2f} {r['params']:>10,} {r['peak_gb']:>8.2f}"
+            f"{r['wide_ms'] / r['graphs_ms']:>6.2f} {r['params']:>10,} {r['peak_gb']:>8.2f} "
+            f"{r['step_flops'] / r['graphs_ms'] / 1e9:>8.1f}"
             + (f" {r['compile_ms']:>12.2f}" if "compile_ms" in r else "")
             + (f"  ERROR {r['error']}" if r["error"] else ""))
 
