@@ -7,8 +7,10 @@ at the labelled rows), as the model's forward runs it on the CPU (``weight_matmu
 product is paid again for the weight's gradient and again for the other operand's where that operand needs one (x3
 for a projection of activations). Not counted: the sequence mixing (attention's scores and outputs, scans, long
 and short convolutions, FFTs), norms, elementwise work, the loss, the optimizer. So the count is a floor: no
-implementation of the same models does less tensor-core arithmetic, and at the GPU's peak rate (``--peak-tflops``:
-the dense bf16 rate, 989 TFLOP/s on an H100 or H200 SXM) the sweep cannot train in less time than the floor.
+implementation of the same models does less tensor-core arithmetic. Its time is priced at the GPU's roofline: each
+product at least its FLOPs at the peak rate (``--peak-tflops``, the dense bf16 rate: 989 TFLOP/s on an H100 or H200
+SXM) and its operands and output, bf16, moved once at the memory bandwidth (``--bandwidth-tbs``, 4.8 TB/s on an
+H200), whichever is longer; no sweep of these models trains on that GPU in less time than the floor.
 
 A run costs its trained epochs times an epoch's count: every training example once (a batch's examples, plus the
 work that does not grow with the batch, such as Hyena's filter, once per step) and the test pass's forward. The
@@ -16,7 +18,7 @@ per-example and per-step parts come from two forwards, of one and of two example
 
 With timing folders (as ``python -m zoo.bench.grid_cost`` takes them) each mixer's floor stands beside its priced
 GPU time, and ``--cells`` gives each timed cell's rate: the training FLOPs of a later epoch (all its members)
-over its measured seconds, and that rate's share of the peak.
+over its measured seconds, and those seconds over the epoch's floor.
 """
 from __future__ import annotations
 
@@ -30,7 +32,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from zoo.bench.grid_cost import cell_name, cell_order, grid_cost
-from zoo.config import settings_config
+from zoo.config import import_user_modules, settings_config
 from zoo.data import LabelledSegment
 from zoo.results import final_records
 from zoo.spec import build_model, run_spec
@@ -129,6 +131,7 @@ def sweep_flops(protocol: Path, peak: float = PEAK_TFLOPS * 1e12, bandwidth: flo
     rows = []
     for r in records:
         run = settings_config(r["settings"])
+        import_user_modules(run)  # the mixers and tasks a sweep registered itself
         key = json.dumps({k: run[k] for k in ("task", "model", "seed")}
                          | {k: run["train"][k] for k in ("batch_size", "eval_batch_size")}, sort_keys=True)
         if key not in cache:
