@@ -75,8 +75,10 @@ def test_a_sweeps_runs_cost_their_epochs(sweep):
 
 
 def test_cli_prints_each_mixer_and_refuses_bad_input(sweep, tmp_path, capsys):
-    assert flops.main([str(sweep)]) == 0
+    assert flops.main([str(sweep), "--json", str(tmp_path / "rows.json")]) == 0
     out = capsys.readouterr().out
+    written = json.loads((tmp_path / "rows.json").read_text())
+    assert written["peak_tflops"] == 989 and sorted(r["epochs"] for r in written["runs"]) == [1, 2, 3]
     assert "floor at 989 TFLOP/s and 4.8 TB/s" in out
     assert [line.split()[0] for line in out.splitlines()[2:]] == ["softmax", "swa", "all"]
     assert flops.main([str(sweep), "--peak-tflops", "0"]) == 2

@@ -1,6 +1,7 @@
 """The arithmetic of a finished sweep, and the floor it puts under the sweep's GPU time.
 
-    python -m zoo.bench.flops results/mqar [timing folders ...] [--peak-tflops 989] [--cells]
+    python -m zoo.bench.flops results/mqar [timing folders ...] [--peak-tflops 989] [--bandwidth-tbs 4.8] [--cells]
+        [--json rows.json]
 
 Counted: every matmul that has a weight as an operand (the mixers' projections, Hyena's filter MLP, the tied head
 at the labelled rows), as the model's forward runs it on the CPU (``weight_matmul_flops``); in training each such
@@ -154,6 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bandwidth-tbs", type=float, default=BANDWIDTH_TBS,
                         help=f"the GPU's memory bandwidth, TB/s (default {BANDWIDTH_TBS:g}: H200)")
     parser.add_argument("--cells", action="store_true", help="with timings: each timed cell's rate, per group size")
+    parser.add_argument("--json", type=Path, help="also write every run's row (sweep_flops) to this file")
     args = parser.parse_args(argv)
     for flag, value in (("--peak-tflops", args.peak_tflops), ("--bandwidth-tbs", args.bandwidth_tbs)):
         if not value > 0:
@@ -209,6 +211,9 @@ def main(argv: list[str] | None = None) -> int:
                                  f"{members * r['train_epoch_flops'] / seconds / 1e12:.0f} "
                                  f"({seconds / (members * r['train_epoch_s']):.1f}x)")
                 print(f"{cell:<22}" + "".join(f"{t:>14}" for t in texts))
+    if args.json:
+        args.json.write_text(json.dumps({"peak_tflops": args.peak_tflops, "bandwidth_tbs": args.bandwidth_tbs,
+                                         "runs": rows}, indent=1))
     return 0
 
 
