@@ -43,6 +43,7 @@ def test_every_section_runs(tiny_sweep, tmp_path, monkeypatch, capsys):
     peer_models = [m for m in timed if m.state_mixer == "normed"]
     assert len(peer_models) == 3 and all(m.embed_dropout == 0.1 for m in peer_models)  # fp32, bf16 eager, graphs
     assert numbers["grid"]["groups"] == 2 * 1 * 2 and numbers["scaling"][1][1] == 2  # both concurrent runs ran
+    assert not any(numbers["grid"]["left_out"].values()) and "left out" not in text
     assert all(row["error"] is None for row in numbers["steps"] if row["mixer"] in ("softmax", "swa"))
     assert all(row["wide_ms"] > 0 for row in numbers["steps"] if row["mixer"] in ("softmax", "swa"))
     assert "batchx4 ms" in text
@@ -50,6 +51,22 @@ def test_every_section_runs(tiny_sweep, tmp_path, monkeypatch, capsys):
     assert [(row[0], row[1], row[6]) for row in numbers["gpus"]] == [(1, 4, 0), (2, 4, 0)]
     for devices, _, wall, _, groups_s, outside_s, _ in numbers["gpus"]:  # the groups' seconds, the sweep's around them
         assert 0 < groups_s <= devices * wall and 0 < outside_s < wall
+
+
+def test_the_grid_projection_covers_the_cells_timed_and_names_the_rest():
+    """A bench of a slice (some mixers, lengths or widths) projects that slice: no KeyError for a mixer or length not
+    timed (it crashed so on an H200 with --lengths 256), and no width priced as the reference's without a factor."""
+    from zoo.bench.throughput import project_grid
+
+    spec = OmegaConf.create({**TINY, "grid": {**TINY["grid"], "shape": [
+        {"task.params.input_seq_len": n, "task.params.num_kv_pairs": 2, "train.batch_size": 32} for n in (16, 32)]}})
+    proj = project_grid(spec, {("softmax", 16): 2.0}, {}, startup_s=3.0, speedup=2.0, ref_d=16)
+    assert proj["groups"] == 1 and proj["serial_hours"] * 3600 == pytest.approx(4 * 2.0 + 3.0)
+    assert proj["hours_one_gpu"] == pytest.approx(proj["serial_hours"] / 2)
+    assert proj["left_out"] == {"model.mixer": ["swa"], "task.params.input_seq_len": [32], "model.d_model": [32]}
+    proj = project_grid(spec, {("softmax", 16): 2.0}, {(16, 32): 1.5}, startup_s=3.0, speedup=1.0, ref_d=16)
+    assert proj["groups"] == 2 and proj["serial_hours"] * 3600 == pytest.approx(11.0 + 4 * 2.0 * 1.5 + 3.0)
+    assert proj["left_out"]["model.d_model"] == []
 
 
 def test_steps_time_a_group_beside_one_model_at_its_batch(monkeypatch):

@@ -13,7 +13,8 @@ Sections (``--sections``, default all):
            lrs as groups) through python -m zoo.sweep on the first 1, 2, 4, 8 GPUs (--gpus), and the speedup over
            one GPU (skipped on a machine with one GPU), after one untimed epoch of the slice that fills the kernel
            caches
-  grid     projected wall time of the whole sweep on one GPU, in groups (needs epochs and scaling)
+  grid     projected wall time of the sweep on one GPU, in groups (needs epochs and scaling): of its cells timed,
+           the whole sweep by default; a slice (--mixers, --lengths, --widths) is projected as that slice, and said so
 """
 from __future__ import annotations
 
@@ -208,11 +209,13 @@ def main(argv: list[str] | None = None) -> int:
                   "and after its last, the same on any count)", flush=True)
 
     if "grid" in sections:
-        proj = project_grid(spec, group_s, width_factor, startup_s=3.0, speedup=speedup)
+        proj = project_grid(spec, group_s, width_factor, startup_s=3.0, speedup=speedup, ref_d=ref_d)
         out["grid"] = proj
+        missing = "; ".join(f"{key} {values}" for key, values in proj["left_out"].items() if values)
         print(f"grid projection for {args.sweep}: {proj['groups']} groups of {len(lrs)} lrs x up to "
               f"{proj['epochs']} epochs, no early stopping: {proj['serial_hours']:.2f} h one group at a time, "
-              f"{proj['hours_one_gpu']:.2f} h on one GPU at the best processes-per-GPU speedup {speedup:.2f}x")
+              f"{proj['hours_one_gpu']:.2f} h on one GPU at the best processes-per-GPU speedup {speedup:.2f}x"
+              + (f" (the slice timed: left out {missing})" if missing else ""))
     print(f"bench took {time.time() - t_start:.0f} s")
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1, default=str))

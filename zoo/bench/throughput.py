@@ -84,24 +84,32 @@ def concurrent_epoch_rate(cfg: DictConfig, runs: int) -> dict:
             "epoch_s_each": statistics.median(seconds) if seconds else float("nan")}
 
 
-def project_grid(spec, group_s: dict, width_factor: dict, startup_s: float, speedup: float) -> dict:
-    """Wall time of a sweep file's grid (mixers x shapes x widths, learning rates in groups) if every
-    group trains all its epochs.
+def project_grid(spec, group_s: dict, width_factor: dict, startup_s: float, speedup: float, ref_d: int) -> dict:
+    """Wall time of a sweep file's grid (mixers x shapes x widths, learning rates in groups) if every group trains
+    all its epochs, over the cells the measurements cover: the mixers and lengths timed (``group_s``) and the widths
+    with a measured factor (``ref_d`` and those of ``width_factor``). The cells of the sweep left out are named, so a
+    bench of a slice (``--mixers``, ``--lengths``, ``--widths``) projects that slice and says so, and never prices an
+    unmeasured width as the reference's.
 
-    ``group_s[(mixer, N)]`` is a group's epoch time at the reference width; ``width_factor[(N, d)]`` scales
-    it to other widths (measured on softmax); ``speedup`` is the aggregate throughput of concurrent
-    processes on one GPU relative to one alone.
+    ``group_s[(mixer, N)]`` is a group's epoch time at the reference width ``ref_d``; ``width_factor[(N, d)]`` scales
+    it to other widths (measured on softmax); ``speedup`` is the aggregate throughput of concurrent processes on one
+    GPU relative to one alone.
     """
     grid = spec.grid
     epochs = spec.base.train.max_epochs
-    serial, groups = 0.0, 0
-    for mixer in grid["model.mixer"]:
-        for shape in grid["shape"]:
-            n = shape["task.params.input_seq_len"]
-            for d in grid["model.d_model"]:
-                serial += epochs * group_s[(mixer, n)] * width_factor.get((n, d), 1.0) + startup_s
-                groups += 1
-    return {"groups": groups, "epochs": epochs, "serial_hours": serial / 3600, "hours_one_gpu": serial / speedup / 3600}
+    lengths = [shape["task.params.input_seq_len"] for shape in grid["shape"]]
+    factor = {(n, d): 1.0 if d == ref_d else width_factor.get((n, d)) for n in lengths for d in grid["model.d_model"]}
+    covered = [(m, n, d) for m in grid["model.mixer"] for n in lengths for d in grid["model.d_model"]
+               if (m, n) in group_s and factor[(n, d)] is not None]
+    serial = sum(epochs * group_s[(m, n)] * factor[(n, d)] + startup_s for m, n, d in covered)
+
+    def left_out(axis: int, values) -> list:
+        return [v for v in values if v not in {cell[axis] for cell in covered}]
+
+    return {"groups": len(covered), "epochs": epochs, "serial_hours": serial / 3600,
+            "hours_one_gpu": serial / speedup / 3600,
+            "left_out": {"model.mixer": left_out(0, grid["model.mixer"]), "task.params.input_seq_len": left_out(1, lengths),
+                         "model.d_model": left_out(2, grid["model.d_model"])}}
 
 
 if __name__ == "__main__":  # one timing process of concurrent_epoch_rate
