@@ -32,7 +32,7 @@ from pathlib import Path
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from zoo.bench.grid_cost import cell_name, cell_order, grid_cost
+from zoo.bench.grid_cost import cell_name, grid_cost, size_tables
 from zoo.config import import_user_modules, settings_config
 from zoo.data import LabelledSegment
 from zoo.results import final_records
@@ -197,20 +197,16 @@ def main(argv: list[str] | None = None) -> int:
     print(line("all", rows, sum(priced.values()) if cost else None))
     if args.cells:
         per_cell = {(r["cell"], r["mixer"]): r for r in rows}
-        mixers = sorted(by_mixer)
+
+        def entry(cell: str, mixer: str, members: int, at: dict) -> str | None:
+            r, seconds = per_cell.get((cell, mixer)), at.get((cell, mixer))
+            if r is None or seconds is None:
+                return None
+            return (f"{members * r['train_epoch_flops'] / seconds / 1e12:.0f} "
+                    f"({seconds / (members * r['train_epoch_s']):.1f}x)")
+
         print("a later epoch's training: TFLOP/s of the weight matmuls, and the epoch's seconds over its floor's")
-        for members in sorted({e["members"] for e in cost["epochs"]}):
-            at = {(e["cell"], e["mixer"]): e["epoch_s"] for e in cost["epochs"] if e["members"] == members}
-            print(f"{members} member(s) at once:")
-            print(f"{'cell':<22}" + "".join(f"{m:>14}" for m in mixers))
-            for cell in sorted({c for c, _ in at}, key=cell_order):
-                texts = []
-                for m in mixers:
-                    r, seconds = per_cell.get((cell, m)), at.get((cell, m))
-                    texts.append("-" if r is None or seconds is None else
-                                 f"{members * r['train_epoch_flops'] / seconds / 1e12:.0f} "
-                                 f"({seconds / (members * r['train_epoch_s']):.1f}x)")
-                print(f"{cell:<22}" + "".join(f"{t:>14}" for t in texts))
+        print("\n".join(size_tables(cost["epochs"], sorted(by_mixer), "{members} member(s) at once:", entry, 14)))
     if args.json:
         args.json.write_text(json.dumps({"peak_tflops": args.peak_tflops, "bandwidth_tbs": args.bandwidth_tbs,
                                          "runs": rows}, indent=1))

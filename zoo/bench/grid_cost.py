@@ -85,8 +85,8 @@ def cell_timing(records: list[dict]) -> dict:
     else:  # a later epoch's test pass; the first one's extra (graph capture) and the rest are paid once
         evaluation = statistics.median(tests[1:])
         first += max(0.0, outside - evaluation * len(epochs))
-    return {"group_size": max(rec.get("group_size", len(records)) for rec in records), "epoch": epoch, "first": first, "eval": evaluation,
-            "startup": max(0.0, r["wall_seconds"] - r["train_seconds"])}
+    return {"group_size": max(rec.get("group_size", len(records)) for rec in records), "epoch": epoch, "first": first,
+            "eval": evaluation, "startup": max(0.0, r["wall_seconds"] - r["train_seconds"])}
 
 
 def group_seconds(member_epochs: list[int], t: dict) -> tuple[float, float]:
@@ -175,24 +175,31 @@ def cell_order(name: str) -> list[int]:
     return [int(n) for n in re.findall(r"\d+", name)]
 
 
+def size_tables(epochs: list[dict], mixers: list[str], title: str, entry, width: int) -> list[str]:
+    """Lines of a table per group size timed in ``epochs`` (``grid_cost``'s): ``title`` with the size's members
+    for ``{members}``, then a row per cell (by N, then d) and a column per mixer of ``mixers``, each entry
+    ``entry(cell, mixer, members, at)`` ("-" for None), where ``at[(cell, mixer)]`` is that size's epoch seconds."""
+    lines = []
+    for members in sorted({e["members"] for e in epochs}):
+        at = {(e["cell"], e["mixer"]): e["epoch_s"] for e in epochs if e["members"] == members}
+        lines.append(title.format(members=members))
+        lines.append(f"{'cell':<22}" + "".join(f"{m:>{width}}" for m in mixers))
+        for cell in sorted({c for c, _ in at}, key=cell_order):
+            texts = [entry(cell, m, members, at) for m in mixers]
+            lines.append(f"{cell:<22}" + "".join(f"{'-' if t is None else t:>{width}}" for t in texts))
+    return lines
+
+
 def epoch_table(epochs: list[dict], against: str) -> list[str]:
     """Lines of a table per group size timed: a later epoch's training seconds of each cell (rows) and mixer
     (columns), and its ratio to ``against``'s at the same cell and size."""
-    lines = []
+    def entry(cell: str, mixer: str, members: int, at: dict) -> str | None:
+        s, base = at.get((cell, mixer)), at.get((cell, against))
+        return None if s is None else f"{s:.2f}" + ("" if base is None else f" ({s / base:.2f})")
+
     mixers = sorted({e["mixer"] for e in epochs}, key=lambda m: (m != against, m))
-    for members in sorted({e["members"] for e in epochs}):
-        at = {(e["cell"], e["mixer"]): e["epoch_s"] for e in epochs if e["members"] == members}
-        cells = sorted({e["cell"] for e in epochs if e["members"] == members}, key=cell_order)
-        lines.append(f"a later epoch's training, s, {members} member(s) at once (x {against}):")
-        lines.append(f"{'cell':<22}" + "".join(f"{m:>16}" for m in mixers))
-        for cell in cells:
-            base = at.get((cell, against))
-            row = []
-            for m in mixers:
-                s = at.get((cell, m))
-                row.append("-" if s is None else f"{s:.2f}" + ("" if base is None else f" ({s / base:.2f})"))
-            lines.append(f"{cell:<22}" + "".join(f"{r:>16}" for r in row))
-    return lines
+    return size_tables(epochs, mixers, f"a later epoch's training, s, {{members}} member(s) at once (x {against}):",
+                       entry, 16)
 
 
 def main(argv: list[str] | None = None) -> int:
