@@ -30,21 +30,31 @@ from zoo.step import Member, TrainStep, build_optimizer
 VOCAB = 8192
 
 
+def bench_task(seq_len: int):
+    """The bench's MQAR task at length ``seq_len``: vocab 8192, kv = N/16."""
+    from zoo.tasks import get_task
+
+    return get_task("mqar")(vocab_size=VOCAB, input_seq_len=seq_len, num_kv_pairs=max(1, seq_len // 16))
+
+
+def bench_model(mixer: str, d_model: int, n_layers: int, seq_len: int) -> LanguageModel:
+    """The bench's model of ``mixer`` on the CPU, from seed 0 (every member of a group starts the same)."""
+    torch.manual_seed(0)
+    return LanguageModel(VOCAB, d_model, n_layers=n_layers, mixer=mixer, max_seq_len=seq_len)
+
+
 def make_step(mixer: str, batch: int, seq_len: int, d_model: int, device: torch.device, graphs: bool,
               group: int = 1, n_layers: int = 2, compile: bool = False):
     """A ready ``step()`` closure over one MQAR batch, for a group of ``group`` models of ``mixer``
     (each model's forward ``torch.compile``d when ``compile``)."""
-    from zoo.tasks import get_task
     from zoo.config import make_run_config
 
-    task = get_task("mqar")(vocab_size=VOCAB, input_seq_len=seq_len, num_kv_pairs=max(1, seq_len // 16))
-    seg = LabelledSegment.from_dense("bench", *task.generate(batch, seed=0, device=device))
+    seg = LabelledSegment.from_dense("bench", *bench_task(seq_len).generate(batch, seed=0, device=device))
     train_cfg = make_run_config({}).train  # the default optimiser settings of a run
     cuda = device.type == "cuda"
     members = []
     for _ in range(group):
-        torch.manual_seed(0)
-        model = LanguageModel(VOCAB, d_model, n_layers=n_layers, mixer=mixer, max_seq_len=seq_len).to(device)
+        model = bench_model(mixer, d_model, n_layers, seq_len).to(device)
         forward = torch.compile(model) if compile else model
         members.append(Member(model, forward, build_optimizer(model, train_cfg, cuda, graphs and cuda)))
     step = TrainStep(members, bf16=cuda, grad_clip=None, graphs=graphs and cuda)
@@ -53,12 +63,7 @@ def make_step(mixer: str, batch: int, seq_len: int, d_model: int, device: torch.
 
 def step_flops(mixer: str, batch: int, seq_len: int, d_model: int, n_layers: int = 2) -> float:
     """Training FLOPs of one step of ``make_step``'s model and batch on the matmuls with a weight operand."""
-    from zoo.tasks import get_task
-
-    task = get_task("mqar")(vocab_size=VOCAB, input_seq_len=seq_len, num_kv_pairs=max(1, seq_len // 16))
-    torch.manual_seed(0)
-    model = LanguageModel(VOCAB, d_model, n_layers=n_layers, mixer=mixer, max_seq_len=seq_len)
-    per_example, per_step = linear_costs(model, task)
+    per_example, per_step = linear_costs(bench_model(mixer, d_model, n_layers, seq_len), bench_task(seq_len))
     return per_step["training"] + batch * per_example["training"]
 
 
