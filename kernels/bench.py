@@ -31,6 +31,7 @@ timed from a CUDA graph of many calls as in a training step.
 from __future__ import annotations
 
 import argparse
+import math
 
 import torch
 import torch.nn.functional as F
@@ -49,6 +50,7 @@ from zoo.kernels.gatedfwa.attention import KERNELS as ATTENTION_KERNELS, Blocks,
 from zoo.kernels.gatedfwa.naive import gate_cumsum_ref
 from zoo.kernels.long_conv import gated_long_conv
 from zoo.kernels.partial_sums import sum_rows
+from zoo.kernels.rwkv7.chunk import Launch as Rwkv7ChunkLaunch, rwkv7_chunk
 from zoo.kernels.rwkv7.fused_recurrent import Launch as Rwkv7Launch, rwkv7_fused
 from zoo.kernels.stored_states import STATES as STORED_STATES
 from zoo.kernels.selective_scan import selective_scan as selective_scan_entry
@@ -222,11 +224,15 @@ def scan_rows(T, H, dtype=torch.float32):
     return rows
 
 
+# the RWKV-7 layer's bound on its log decays, w = -exp(-0.5) sigmoid(.) (zoo.mixers.rwkv7.W_SCALE)
+RWKV7_W_MIN = -math.exp(-0.5)
+
+
 def rwkv7_gates(B, T, H, K, dtype=torch.float32):
-    """RWKV-7's w, a, b leaves on the GPU, shaped as the layer makes them: log decays below -0.01, a = -kk and
-    b = kk * iclr with kk a unit key and iclr in (0, 1)."""
+    """RWKV-7's w, a, b leaves on the GPU, shaped as the layer makes them: log decays in (RWKV7_W_MIN, 0), a = -kk
+    and b = kk * iclr with kk a unit key and iclr in (0, 1)."""
     dev = "cuda"
-    w = -F.softplus(torch.randn(B, T, H, K, device=dev)) - 0.01
+    w = RWKV7_W_MIN * torch.sigmoid(torch.randn(B, T, H, K, device=dev))
     kk = F.normalize(torch.randn(B, T, H, K, device=dev), dim=-1)
     b = kk * torch.rand(B, T, H, K, device=dev)
     return [x.to(dtype).detach().requires_grad_() for x in (w, -kk, b)]
@@ -249,7 +255,7 @@ def recurrence_rows(B, T, H, K):
         "delta rule": (delta_rule_op.BACKENDS, "fla.ops.delta_rule",
                        lambda bk: delta_rule_op.delta_rule(q, k, v, beta, backend=bk), (q, k, v, beta)),
         "rwkv7": (rwkv7_op.BACKENDS, "fla.ops.rwkv7",
-                  lambda bk: rwkv7_op.rwkv7(q, w, k, v, a, b, backend=bk), (q, w, k, v, a, b)),
+                  lambda bk: rwkv7_op.rwkv7(q, w, k, v, a, b, w_min=RWKV7_W_MIN, backend=bk), (q, w, k, v, a, b)),
     }
     broken = fla_chunks_unreliable(torch.cuda.current_device())
     rows = {}
@@ -271,12 +277,13 @@ def recurrence_rows(B, T, H, K):
 
 
 RWKV7_LAUNCHES = [Rwkv7Launch(block_v, warps) for block_v in (16, 32, 64) for warps in (1, 2, 4)]
+RWKV7_CHUNK_LAUNCHES = [Rwkv7ChunkLaunch(warps, precision) for precision in ("tf32", "ieee") for warps in (2, 4, 8)]
 
 
 def rwkv7_rows(B, T, H, K):
     """{launch: (fwd ms, fwd+bwd ms)} of our Triton RWKV-7 recurrence per launch choice, the default first, then each
-    stored-states mode by name at the default launch, and of the chunked PyTorch form; bf16 inputs
-    (``rwkv7_gates``)."""
+    stored-states mode by name at the default launch, of the chunked PyTorch form, and of our chunked Triton kernels
+    per launch; bf16 inputs (``rwkv7_gates``)."""
     dev = "cuda"
     torch.manual_seed(0)
     r, k, v = (torch.randn(B, T, H, K, device=dev).to(torch.bfloat16).requires_grad_() for _ in range(3))
@@ -293,6 +300,9 @@ def rwkv7_rows(B, T, H, K):
     half_bytes = Rwkv7Launch(states_dtype=torch.bfloat16)
     rows["ours, bf16 states"] = timed_pair(lambda: rwkv7_fused(*leaves, launch=half_bytes), grad, leaves)
     rows["chunked PyTorch form"] = timed_pair(lambda: rwkv7_op.rwkv7(*leaves, backend="chunked"), grad, leaves)
+    for launch in RWKV7_CHUNK_LAUNCHES:
+        rows[f"ours chunked, {launch.num_warps} warps, {launch.precision}"] = timed_pair(
+            lambda: rwkv7_chunk(*leaves, launch=launch), grad, leaves)
     return rows
 
 

@@ -63,5 +63,5 @@ def test_rwkv7_dispatches_chunked():
     assert backend.last_backend("rwkv7") == "naive"
     rwkv7(*xs, backend="auto")
     assert backend.last_backend("rwkv7") == "naive"  # CPU tensors keep the recurrence under auto
-    with pytest.raises(ValueError, match="expected one of auto, fla, triton, chunked, naive"):
+    with pytest.raises(ValueError, match="expected one of auto, fla, triton_chunk, triton, chunked, naive"):
         rwkv7(*xs, backend="chunk")

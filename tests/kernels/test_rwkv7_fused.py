@@ -196,20 +196,22 @@ def test_triton_matches_naive_on_gpu(monkeypatch, mode, shape):
 
 
 @pytest.mark.gpu
-def test_auto_on_gpu_runs_fla_or_triton_in_bf16():
-    """The model's call: bf16 inputs at K = V = 64. Where fla's chunk kernels are unreliable (Hopper, Triton <
-    3.7.1) "auto" must run our Triton kernel, elsewhere fla where it imports; either matches the chunked form
-    (float32 on the same bf16 values) within bf16 rounding, values and gradients."""
+@pytest.mark.parametrize("w_min, ours", [(-0.6065, "triton_chunk"), (None, "triton")])
+def test_auto_on_gpu_runs_fla_or_ours_in_bf16(w_min, ours):
+    """The model's call (w_min given) and a call with unbounded decays: bf16 inputs at K = V = 64. Where fla's chunk
+    kernels are unreliable (Hopper, Triton < 3.7.1) "auto" must run our chunked kernels where w_min fits them,
+    else our fused recurrence; elsewhere fla where it imports. Each matches the chunked PyTorch form (float32 on
+    the same bf16 values) within bf16 rounding, values and gradients."""
     shape = (2, 100, 2, 64, 64)
     xs = layer_inputs(*shape, w_low=-0.6065, w_high=-1e-3, device="cuda", dtype=torch.bfloat16)
     do = torch.randn(*shape[:3], shape[4], device="cuda")
     backend.clear()
-    got = grads(lambda *x: rwkv7(*x, w_min=-0.6065, backend="auto"), xs, do)
+    got = grads(lambda *x: rwkv7(*x, w_min=w_min, backend="auto"), xs, do)
     ran = backend.last_backend("rwkv7")
     if backend.fla_chunks_unreliable(torch.cuda.current_device()):
-        assert ran == "triton"
+        assert ran == ours
     else:
-        assert ran in ("fla", "triton")
+        assert ran in ("fla", ours)
     want = grads(rwkv7_chunked, xs, do)
     for name, g, w in zip(NAMES, got, want):
         scale = w.float().abs().max().item()

@@ -78,8 +78,8 @@ def test_unknown_kwarg_is_rejected():
 
 
 # the kernels op each mixer calls and the backends that count as its GPU fast path (rwkv7: fla's chunks, or where
-# they are unreliable our Triton fused recurrence, see zoo.kernels.backend)
-FAST_PATHS = {"hyena": ("gated_long_conv", {"triton"}), "rwkv": ("wkv4", {"triton"}), "rwkv7": ("rwkv7", {"fla", "triton"}),
+# they are unreliable our Triton chunks, which the layer's bounded decays fit, see zoo.kernels.rwkv7)
+FAST_PATHS = {"hyena": ("gated_long_conv", {"triton"}), "rwkv": ("wkv4", {"triton"}), "rwkv7": ("rwkv7", {"fla", "triton_chunk"}),
               "mamba": ("selective_scan", {"mamba_ssm", "triton"}), "mamba2": ("ssd", {"triton"}),
               "based": ("based", {"fla"}),
               # the window attention's Triton kernels (swa: without decay; gatedfwa's gate scan is asserted too)

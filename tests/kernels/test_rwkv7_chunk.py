@@ -1,0 +1,107 @@
+"""RWKV-7's chunked Triton kernels (``zoo.kernels.rwkv7.chunk``) against the step-by-step recurrence in float64:
+values and all six gradients, across chunk boundaries, padded K and V, decays at the bound; bit-reproducibility;
+strided bf16 views; the dispatcher's choice and refusals; and on a GPU, tf32 and float32 matmuls at the model's
+head size."""
+import pytest
+import torch
+
+from zoo.kernels import backend
+from zoo.kernels.rwkv7 import rwkv7
+from zoo.kernels.rwkv7.chunk import CHUNK, MAX_EXPONENT, Launch, fits, rwkv7_chunk
+from zoo.kernels.rwkv7.naive import rwkv7_naive, rwkv7_recurrence
+
+from test_rwkv7_fused import NAMES, assert_matches, grads, layer_inputs
+
+W_LAYER = -0.6065306597126334  # the RWKV-7 layer's bound on its log decays
+W_EDGE = -MAX_EXPONENT / CHUNK  # the lowest bound the kernels take
+
+
+def chunk_against_naive(shape, w_low, w_high, device="cpu", launch=Launch(precision="ieee"), seed=0):
+    """(the kernels' [o, grads] in float32, the recurrence's in float64 on the same values)."""
+    xs = layer_inputs(*shape, w_low, w_high, device=device, seed=seed)
+    do = torch.randn(*shape[:3], shape[4], generator=torch.Generator().manual_seed(seed + 1)).to(device)
+    got = grads(lambda *x: rwkv7_chunk(*x, launch=launch), xs, do)
+    xs64 = [t.detach().double().requires_grad_() for t in xs]
+    return got, grads(rwkv7_recurrence, xs64, do.double())
+
+
+# (B, L, H, K, V), w range: L = 19 and 40 cross chunks of 16 and end inside one; L = 5 one short chunk; L = 32
+# whole chunks; K, V not powers of two (masked padding) and below 16 (the matmuls' least size); the decays at the
+# layer's bound, at the kernels' lowest (every exponent up to MAX_EXPONENT), and weak
+@pytest.mark.parametrize("shape, w_low, w_high", [
+    ((2, 19, 2, 16, 32), W_LAYER, -0.01),
+    ((1, 40, 1, 16, 16), W_EDGE, W_EDGE * 0.9),
+    ((1, 32, 1, 16, 16), -1e-3, -1e-6),
+    ((1, 5, 2, 16, 16), W_LAYER, -0.01),
+    ((1, 23, 2, 6, 20), W_LAYER, -0.1),
+], ids=["layer", "edge", "weak", "short", "padded"])
+def test_chunks_match_naive(shape, w_low, w_high):
+    got, want = chunk_against_naive(shape, w_low, w_high)
+    assert got[0].dtype == torch.float32
+    assert_matches(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_chunks_are_bit_reproducible():
+    xs = layer_inputs(1, 20, 2, 16, 16, W_LAYER, -0.01)
+    do = torch.randn(1, 20, 2, 16)
+    first, second = (grads(rwkv7_chunk, xs, do) for _ in range(2))
+    assert all(torch.equal(x, y) for x, y in zip(first, second))
+
+
+def test_chunks_take_strided_low_precision_views():
+    """r, k, v as slices of one bf16 projection: read in place, the output float32 and the gradients bf16 (written
+    contiguous), matching the recurrence on the same values."""
+    B, L, H, K = 2, 18, 2, 16
+    g = torch.Generator().manual_seed(3)
+    rkv = torch.randn(B, L, H, 3 * K, generator=g).bfloat16()
+    _, w, _, _, a, b = (t.detach().bfloat16() for t in layer_inputs(B, L, H, K, K, W_LAYER, -0.01))
+    do = torch.randn(B, L, H, K, generator=g)
+
+    def run(fn, dtype):
+        leaves = [t.detach().to(dtype).requires_grad_() for t in (rkv, w, a, b)]
+        r, k, v = leaves[0].split(K, dim=-1)
+        o = fn(r, leaves[1], k, v, leaves[2], leaves[3])
+        return [o, *torch.autograd.grad(o, leaves, do.to(o.dtype))]
+
+    got, want = run(rwkv7_chunk, torch.bfloat16), run(rwkv7_recurrence, torch.float64)
+    assert got[0].dtype == torch.float32 and all(t.dtype == torch.bfloat16 for t in got[1:])
+    torch.testing.assert_close(got[0].double(), want[0], rtol=1e-4, atol=1e-4)
+    for g_, w_ in zip(got[1:], want[1:]):  # gradients rounded to bf16
+        torch.testing.assert_close(g_.double(), w_, rtol=1e-2, atol=1e-2)
+
+
+def test_fits_only_bounded_decays_within_the_exponent():
+    assert fits(W_LAYER) and fits(W_EDGE) and fits(-0.0)
+    assert not fits(None) and not fits(W_EDGE * 1.01)
+
+
+def test_rwkv7_dispatches_the_chunks_by_name_and_refuses_unbounded_decays():
+    xs = layer_inputs(2, 20, 2, 16, 16, W_LAYER, -0.01)
+    backend.clear()
+    got = rwkv7(*xs, w_min=W_LAYER, backend="triton_chunk")
+    assert backend.last_backend("rwkv7") == "triton_chunk"
+    torch.testing.assert_close(got, rwkv7(*xs, backend="naive"), rtol=1e-4, atol=1e-4)
+    for w_min in (None, -5.0):
+        with pytest.raises(ValueError, match=f"triton_chunk.*got w_min={w_min}"):
+            rwkv7(*xs, w_min=w_min, backend="triton_chunk")
+
+
+def test_launch_precision_is_checked():
+    with pytest.raises(ValueError, match="launch.precision 'fp16'"):
+        rwkv7_chunk(*layer_inputs(1, 4, 1, 16, 16, W_LAYER, -0.01), launch=Launch(precision="fp16"))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("precision, tol", [("ieee", 2e-3), ("tf32", 1e-2)])
+@pytest.mark.parametrize("shape", [(3, 130, 2, 64, 64), (2, 77, 3, 32, 64)])
+def test_chunks_match_naive_on_gpu(shape, precision, tol):
+    """float32 inputs on the GPU at the model's head size, against the step-by-step recurrence (float32); tf32
+    matmuls within a relative 1e-2 of each tensor's largest value."""
+    xs = layer_inputs(*shape, w_low=W_LAYER, w_high=-1e-4, device="cuda")
+    do = torch.randn(*shape[:3], shape[4], device="cuda")
+    got = grads(lambda *x: rwkv7_chunk(*x, launch=Launch(precision=precision)), xs, do)
+    want = grads(rwkv7_naive, xs, do)
+    for name, g, w in zip(NAMES, got, want):
+        scale = w.abs().max().item()
+        err = (g - w).abs().max().item()
+        assert err <= tol * scale, f"{name}: max error {err} against max |value| {scale} ({precision})"
