@@ -47,7 +47,7 @@ def rwkv7(r: torch.Tensor, w: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a:
         from zoo.kernels.rwkv7 import chunk  # Triton: imported where it runs
         if chunk.fits(w_min):
             record("rwkv7", TRITON_CHUNK)
-            return chunk.rwkv7_chunk(r, w, k, v, a, b)
+            return chunk.rwkv7_chunk(r, w, k, v, a, b, launch=chunk.LAUNCH)
         if backend == TRITON_CHUNK:
             raise ValueError(f"rwkv7: backend='triton_chunk' needs a w_min with {chunk.CHUNK} |w_min| <= "
                              f"{chunk.MAX_EXPONENT}, got w_min={w_min}")

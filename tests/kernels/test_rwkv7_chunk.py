@@ -35,8 +35,11 @@ def chunk_against_naive(shape, w_low, w_high, device="cpu", launch=Launch(precis
     ((1, 5, 2, 16, 16), W_LAYER, -0.01),
     ((1, 23, 2, 6, 20), W_LAYER, -0.1),
 ], ids=["layer", "edge", "weak", "short", "padded"])
-def test_chunks_match_naive(shape, w_low, w_high):
-    got, want = chunk_against_naive(shape, w_low, w_high)
+@pytest.mark.parametrize("block_v", [64, 16], ids=["one_block", "value_blocks"])
+def test_chunks_match_naive(shape, w_low, w_high, block_v):
+    """With 16 value columns a program, V = 32 and 20 take two programs a head (partial sums of the gradients
+    over them)."""
+    got, want = chunk_against_naive(shape, w_low, w_high, launch=Launch(block_v=block_v, precision="ieee"))
     assert got[0].dtype == torch.float32
     assert_matches(got, want, rtol=1e-4, atol=1e-4)
 
@@ -86,20 +89,24 @@ def test_rwkv7_dispatches_the_chunks_by_name_and_refuses_unbounded_decays():
             rwkv7(*xs, w_min=w_min, backend="triton_chunk")
 
 
-def test_launch_precision_is_checked():
-    with pytest.raises(ValueError, match="launch.precision 'fp16'"):
-        rwkv7_chunk(*layer_inputs(1, 4, 1, 16, 16, W_LAYER, -0.01), launch=Launch(precision="fp16"))
+@pytest.mark.parametrize("launch, match", [(Launch(precision="fp16"), "launch.precision 'fp16'"),
+                                           (Launch(block_v=24), "launch.block_v 24"),
+                                           (Launch(block_v=8), "launch.block_v 8")])
+def test_launch_is_checked(launch, match):
+    with pytest.raises(ValueError, match=match):
+        rwkv7_chunk(*layer_inputs(1, 4, 1, 16, 16, W_LAYER, -0.01), launch=launch)
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("precision, tol", [("ieee", 2e-3), ("tf32", 1e-2)])
+@pytest.mark.parametrize("block_v", [64, 16])
 @pytest.mark.parametrize("shape", [(3, 130, 2, 64, 64), (2, 77, 3, 32, 64)])
-def test_chunks_match_naive_on_gpu(shape, precision, tol):
+def test_chunks_match_naive_on_gpu(shape, block_v, precision, tol):
     """float32 inputs on the GPU at the model's head size, against the step-by-step recurrence (float32); tf32
     matmuls within a relative 1e-2 of each tensor's largest value."""
     xs = layer_inputs(*shape, w_low=W_LAYER, w_high=-1e-4, device="cuda")
     do = torch.randn(*shape[:3], shape[4], device="cuda")
-    got = grads(lambda *x: rwkv7_chunk(*x, launch=Launch(precision=precision)), xs, do)
+    got = grads(lambda *x: rwkv7_chunk(*x, launch=Launch(block_v=block_v, precision=precision)), xs, do)
     want = grads(rwkv7_naive, xs, do)
     for name, g, w in zip(NAMES, got, want):
         scale = w.abs().max().item()
