@@ -37,8 +37,8 @@ def chunk_against_naive(shape, w_low, w_high, device="cpu", launch=Launch(precis
 ], ids=["layer", "edge", "weak", "short", "padded"])
 @pytest.mark.parametrize("block_v", [64, 16], ids=["one_block", "value_blocks"])
 def test_chunks_match_naive(shape, w_low, w_high, block_v):
-    """With 16 value columns a program, V = 32 and 20 take two programs a head (partial sums of the gradients
-    over them)."""
+    """With 16 value columns a program, V = 32 and 20 take two programs a head in the chains through the
+    chunks."""
     got, want = chunk_against_naive(shape, w_low, w_high, launch=Launch(block_v=block_v, precision="ieee"))
     assert got[0].dtype == torch.float32
     assert_matches(got, want, rtol=1e-4, atol=1e-4)
@@ -52,8 +52,8 @@ def test_chunks_are_bit_reproducible():
 
 
 def test_chunks_take_strided_low_precision_views():
-    """r, k, v as slices of one bf16 projection: read in place, the output float32 and the gradients bf16 (written
-    contiguous), matching the recurrence on the same values."""
+    """r, k, v as slices of one bf16 projection (copied contiguous for the kernels): the output float32 and the
+    gradients bf16, matching the recurrence on the same values."""
     B, L, H, K = 2, 18, 2, 16
     g = torch.Generator().manual_seed(3)
     rkv = torch.randn(B, L, H, 3 * K, generator=g).bfloat16()
