@@ -145,21 +145,31 @@ def _intra_kernel(r_ptr, w_ptr, k_ptr, a_ptr, b_ptr, t_ptr, L, H, K, BK: tl.cons
 
 
 @triton.jit
+def _chain_step(r_ptr, w_ptr, k_ptr, a_ptr, b_ptr, x_ptr, t_ptr, i_bh, i_c, n_chunks, vv, L, H, K, V,
+                BK: tl.constexpr, C: tl.constexpr):
+    """What a chain's step at chunk i_c reads: the chunk's rows â, b̂, k̂, r̂, b̃, k̃, cw_C (``_chunk_rows``), its
+    [C, BV] rows of x (V forward, dO backward) at columns vv, and its T."""
+    i_b, i_h = i_bh // H, i_bh % H
+    ahat, bhat, khat, rhat, btil, ktil, cw, cwp, last, t, kmask = _chunk_rows(
+        r_ptr, w_ptr, k_ptr, a_ptr, b_ptr, i_b, i_h, i_c, L, H, K, BK, C)
+    x = _rows(x_ptr, i_b, i_h, t, vv, L, H, V, (t[:, None] < L) & (vv[None, :] < V))
+    T = tl.load(_state_ptrs(t_ptr, i_bh, n_chunks, i_c, tl.arange(0, C), C, C))
+    return ahat, bhat, khat, rhat, btil, ktil, last, x, T
+
+
+@triton.jit
 def _states_kernel(r_ptr, w_ptr, k_ptr, v_ptr, a_ptr, b_ptr, t_ptr, states, sa_ptr, L, H, K, V, VP,
                    BK: tl.constexpr, BV: tl.constexpr, C: tl.constexpr, PRECISION: tl.constexpr):
     """The chain through the chunks, one program per (block of BV value columns, batch and head): each chunk's
     entering state S_0 ([B H, n_chunks, BK, VP]) and SA ([B H, n_chunks, C, VP])."""
     i_v, i_bh = tl.program_id(0), tl.program_id(1)
-    i_b, i_h = i_bh // H, i_bh % H
     vv = i_v * BV + tl.arange(0, BV)
     n_chunks = tl.cdiv(L, C)
     S = tl.zeros((BK, BV), dtype=tl.float32)
     for i_c in range(n_chunks):
         tl.store(_state_ptrs(states, i_bh, n_chunks, i_c, vv, BK, VP), S)
-        ahat, bhat, khat, rhat, btil, ktil, cw, cwp, last, t, kmask = _chunk_rows(
-            r_ptr, w_ptr, k_ptr, a_ptr, b_ptr, i_b, i_h, i_c, L, H, K, BK, C)
-        v = _rows(v_ptr, i_b, i_h, t, vv, L, H, V, (t[:, None] < L) & (vv[None, :] < V))
-        T = tl.load(_state_ptrs(t_ptr, i_bh, n_chunks, i_c, tl.arange(0, C), C, C))
+        ahat, bhat, khat, rhat, btil, ktil, last, v, T = _chain_step(
+            r_ptr, w_ptr, k_ptr, a_ptr, b_ptr, v_ptr, t_ptr, i_bh, i_c, n_chunks, vv, L, H, K, V, BK, C)
         Ak = _lower(tl.dot(ahat, tl.trans(khat), input_precision=PRECISION), C, True)
         Y = tl.dot(Ak, v, input_precision=PRECISION) + tl.dot(ahat, S, input_precision=PRECISION)
         SA = tl.dot(T, Y, input_precision=PRECISION)
@@ -169,21 +179,32 @@ def _states_kernel(r_ptr, w_ptr, k_ptr, v_ptr, a_ptr, b_ptr, t_ptr, states, sa_p
 
 
 @triton.jit
-def _output_kernel(r_ptr, w_ptr, k_ptr, v_ptr, a_ptr, b_ptr, states, sa_ptr, o_ptr, L, H, K, V, VP,
-                   BK: tl.constexpr, BV: tl.constexpr, C: tl.constexpr, PRECISION: tl.constexpr):
-    """O = r̂ S_0 + Rb SA + Rk V, one program per (chunk, batch and head), all of V (BV >= V)."""
+def _chunk_program(r_ptr, w_ptr, k_ptr, v_ptr, a_ptr, b_ptr, states, sa_ptr, L, H, K, V, VP, BK: tl.constexpr,
+                   BV: tl.constexpr, C: tl.constexpr, PRECISION: tl.constexpr):
+    """What a per-chunk program (one per chunk, batch and head; all of V, BV >= V) starts from: its chunk's rows
+    (``_chunk_rows``), V's rows, S_0, SA, Rb and Rk, and where they lie."""
     i_c, i_bh = tl.program_id(0), tl.program_id(1)
     i_b, i_h = i_bh // H, i_bh % H
-    n_chunks = tl.num_programs(0)
     vv = tl.arange(0, BV)
     ahat, bhat, khat, rhat, btil, ktil, cw, cwp, last, t, kmask = _chunk_rows(
         r_ptr, w_ptr, k_ptr, a_ptr, b_ptr, i_b, i_h, i_c, L, H, K, BK, C)
     vmask = (t[:, None] < L) & (vv[None, :] < V)
     v = _rows(v_ptr, i_b, i_h, t, vv, L, H, V, vmask)
-    S = tl.load(_state_ptrs(states, i_bh, n_chunks, i_c, vv, BK, VP))
-    SA = tl.load(_state_ptrs(sa_ptr, i_bh, n_chunks, i_c, vv, C, VP))
+    S = tl.load(_state_ptrs(states, i_bh, tl.num_programs(0), i_c, vv, BK, VP))
+    SA = tl.load(_state_ptrs(sa_ptr, i_bh, tl.num_programs(0), i_c, vv, C, VP))
     Rb = _lower(tl.dot(rhat, tl.trans(bhat), input_precision=PRECISION), C, False)
     Rk = _lower(tl.dot(rhat, tl.trans(khat), input_precision=PRECISION), C, False)
+    return (i_b, i_h, i_bh, i_c, t, kmask, vv, vmask, ahat, bhat, khat, rhat, btil, ktil, cw, cwp, last, v, S, SA,
+            Rb, Rk)
+
+
+@triton.jit
+def _output_kernel(r_ptr, w_ptr, k_ptr, v_ptr, a_ptr, b_ptr, states, sa_ptr, o_ptr, L, H, K, V, VP,
+                   BK: tl.constexpr, BV: tl.constexpr, C: tl.constexpr, PRECISION: tl.constexpr):
+    """O = r̂ S_0 + Rb SA + Rk V, one program per (chunk, batch and head)."""
+    (i_b, i_h, i_bh, i_c, t, kmask, vv, vmask, ahat, bhat, khat, rhat, btil, ktil, cw, cwp, last, v, S, SA, Rb,
+     Rk) = _chunk_program(r_ptr, w_ptr, k_ptr, v_ptr, a_ptr, b_ptr, states, sa_ptr, L, H, K, V, VP, BK, BV, C,
+                          PRECISION)
     o = (tl.dot(rhat, S, input_precision=PRECISION) + tl.dot(Rb, SA, input_precision=PRECISION)
          + tl.dot(Rk, v, input_precision=PRECISION))
     _put(o_ptr, o, i_b, i_h, t, vv, L, H, V, vmask)
@@ -196,17 +217,14 @@ def _grad_states_kernel(r_ptr, w_ptr, k_ptr, a_ptr, b_ptr, do_ptr, t_ptr, dstate
     chunk's dL/dS_C ([B H, n_chunks, BK, VP]), from dS_0 = exp(cw_C) dS_C + r̂^T dO + â^T dY and
     dY = T^T (Rb^T dO + b̃ dS_C)."""
     i_v, i_bh = tl.program_id(0), tl.program_id(1)
-    i_b, i_h = i_bh // H, i_bh % H
     vv = i_v * BV + tl.arange(0, BV)
     n_chunks = tl.cdiv(L, C)
     dS = tl.zeros((BK, BV), dtype=tl.float32)  # none after the last chunk
     for j in range(n_chunks):
         i_c = n_chunks - 1 - j
         tl.store(_state_ptrs(dstates, i_bh, n_chunks, i_c, vv, BK, VP), dS)
-        ahat, bhat, khat, rhat, btil, ktil, cw, cwp, last, t, kmask = _chunk_rows(
-            r_ptr, w_ptr, k_ptr, a_ptr, b_ptr, i_b, i_h, i_c, L, H, K, BK, C)
-        do = _rows(do_ptr, i_b, i_h, t, vv, L, H, V, (t[:, None] < L) & (vv[None, :] < V))
-        T = tl.load(_state_ptrs(t_ptr, i_bh, n_chunks, i_c, tl.arange(0, C), C, C))
+        ahat, bhat, khat, rhat, btil, ktil, last, do, T = _chain_step(
+            r_ptr, w_ptr, k_ptr, a_ptr, b_ptr, do_ptr, t_ptr, i_bh, i_c, n_chunks, vv, L, H, K, V, BK, C)
         Rb = _lower(tl.dot(rhat, tl.trans(bhat), input_precision=PRECISION), C, False)
         dSA = tl.dot(tl.trans(Rb), do, input_precision=PRECISION) + tl.dot(btil, dS, input_precision=PRECISION)
         dY = tl.dot(tl.trans(T), dSA, input_precision=PRECISION)
@@ -218,24 +236,15 @@ def _grad_states_kernel(r_ptr, w_ptr, k_ptr, a_ptr, b_ptr, do_ptr, t_ptr, dstate
 def _grads_kernel(r_ptr, w_ptr, k_ptr, v_ptr, a_ptr, b_ptr, do_ptr, states, dstates, t_ptr, sa_ptr,
                   dr_ptr, dw_ptr, dk_ptr, dv_ptr, da_ptr, db_ptr, L, H, K, V, VP,
                   BK: tl.constexpr, BV: tl.constexpr, C: tl.constexpr, PRECISION: tl.constexpr):
-    """Every gradient of chunk i_c from its S_0, dS_C, T and SA, one program per (chunk, batch and head), all of
-    V (BV >= V), written into contiguous tensors of the inputs' shapes."""
-    i_c, i_bh = tl.program_id(0), tl.program_id(1)
-    i_b, i_h = i_bh // H, i_bh % H
-    n_chunks = tl.num_programs(0)
-    vv = tl.arange(0, BV)
-    ahat, bhat, khat, rhat, btil, ktil, cw, cwp, last, t, kmask = _chunk_rows(
-        r_ptr, w_ptr, k_ptr, a_ptr, b_ptr, i_b, i_h, i_c, L, H, K, BK, C)
-    vmask = (t[:, None] < L) & (vv[None, :] < V)
-    v = _rows(v_ptr, i_b, i_h, t, vv, L, H, V, vmask)
+    """Every gradient of chunk i_c from its S_0, dS_C, T and SA, one program per (chunk, batch and head), written
+    into contiguous tensors of the inputs' shapes."""
+    (i_b, i_h, i_bh, i_c, t, kmask, vv, vmask, ahat, bhat, khat, rhat, btil, ktil, cw, cwp, last, v, S, SA, Rb,
+     Rk) = _chunk_program(r_ptr, w_ptr, k_ptr, v_ptr, a_ptr, b_ptr, states, sa_ptr, L, H, K, V, VP, BK, BV, C,
+                          PRECISION)
     do = _rows(do_ptr, i_b, i_h, t, vv, L, H, V, vmask)
-    S = tl.load(_state_ptrs(states, i_bh, n_chunks, i_c, vv, BK, VP))
-    dS = tl.load(_state_ptrs(dstates, i_bh, n_chunks, i_c, vv, BK, VP))
-    SA = tl.load(_state_ptrs(sa_ptr, i_bh, n_chunks, i_c, vv, C, VP))
-    T = tl.load(_state_ptrs(t_ptr, i_bh, n_chunks, i_c, tl.arange(0, C), C, C))
+    dS = tl.load(_state_ptrs(dstates, i_bh, tl.num_programs(0), i_c, vv, BK, VP))
+    T = tl.load(_state_ptrs(t_ptr, i_bh, tl.num_programs(0), i_c, tl.arange(0, C), C, C))
     Ak = _lower(tl.dot(ahat, tl.trans(khat), input_precision=PRECISION), C, True)
-    Rb = _lower(tl.dot(rhat, tl.trans(bhat), input_precision=PRECISION), C, False)
-    Rk = _lower(tl.dot(rhat, tl.trans(khat), input_precision=PRECISION), C, False)
     # through S_C = diag(exp(cw_C)) S_0 + b̃^T SA + k̃^T V and O = r̂ S_0 + Rb SA + Rk V
     dSA = tl.dot(tl.trans(Rb), do, input_precision=PRECISION) + tl.dot(btil, dS, input_precision=PRECISION)
     dRb = _lower(tl.dot(do, tl.trans(SA), input_precision=PRECISION), C, False)

@@ -1,7 +1,7 @@
 """RWKV-7's chunked Triton kernels (``zoo.kernels.rwkv7.chunk``) against the step-by-step recurrence in float64:
 values and all six gradients, across chunk boundaries, padded K and V, decays at the bound; bit-reproducibility;
-strided bf16 views; the dispatcher's choice and refusals; and on a GPU, tf32 and float32 matmuls at the model's
-head size."""
+the dispatcher's choice and refusals; and on a GPU, tf32 and float32 matmuls at the model's head size (strided bf16
+views: ``test_rwkv7_fused.py``, for both kernels)."""
 import pytest
 import torch
 
@@ -49,28 +49,6 @@ def test_chunks_are_bit_reproducible():
     do = torch.randn(1, 20, 2, 16)
     first, second = (grads(rwkv7_chunk, xs, do) for _ in range(2))
     assert all(torch.equal(x, y) for x, y in zip(first, second))
-
-
-def test_chunks_take_strided_low_precision_views():
-    """r, k, v as slices of one bf16 projection (copied contiguous for the kernels): the output float32 and the
-    gradients bf16, matching the recurrence on the same values."""
-    B, L, H, K = 2, 18, 2, 16
-    g = torch.Generator().manual_seed(3)
-    rkv = torch.randn(B, L, H, 3 * K, generator=g).bfloat16()
-    _, w, _, _, a, b = (t.detach().bfloat16() for t in layer_inputs(B, L, H, K, K, W_LAYER, -0.01))
-    do = torch.randn(B, L, H, K, generator=g)
-
-    def run(fn, dtype):
-        leaves = [t.detach().to(dtype).requires_grad_() for t in (rkv, w, a, b)]
-        r, k, v = leaves[0].split(K, dim=-1)
-        o = fn(r, leaves[1], k, v, leaves[2], leaves[3])
-        return [o, *torch.autograd.grad(o, leaves, do.to(o.dtype))]
-
-    got, want = run(rwkv7_chunk, torch.bfloat16), run(rwkv7_recurrence, torch.float64)
-    assert got[0].dtype == torch.float32 and all(t.dtype == torch.bfloat16 for t in got[1:])
-    torch.testing.assert_close(got[0].double(), want[0], rtol=1e-4, atol=1e-4)
-    for g_, w_ in zip(got[1:], want[1:]):  # gradients rounded to bf16
-        torch.testing.assert_close(g_.double(), w_, rtol=1e-2, atol=1e-2)
 
 
 def test_fits_only_bounded_decays_within_the_exponent():

@@ -7,6 +7,7 @@ import torch.nn.functional as F
 
 from zoo.kernels import backend
 from zoo.kernels.rwkv7 import fused_recurrent, rwkv7
+from zoo.kernels.rwkv7.chunk import rwkv7_chunk
 from zoo.kernels.rwkv7.chunked import rwkv7_chunked
 from zoo.kernels.rwkv7.fused_recurrent import rwkv7_fused
 from zoo.kernels.rwkv7.naive import rwkv7_naive, rwkv7_recurrence
@@ -126,13 +127,15 @@ def test_triton_rejects_an_unknown_states_mode():
         rwkv7_fused(*layer_inputs(1, 3, 1, 4, 4), launch=fused_recurrent.Launch(states="every"))
 
 
-def test_triton_takes_strided_low_precision_views():
-    """r, k, v as slices of one bf16 projection: the kernel reads them in place, its output is float32 and the
-    gradients come back in bf16, matching the recurrence on the same values."""
-    B, L, H, K = 2, 6, 2, 8
+@pytest.mark.parametrize("kernel", [rwkv7_fused, rwkv7_chunk], ids=["fused", "chunk"])
+def test_triton_takes_strided_low_precision_views(kernel):
+    """r, k, v as slices of one bf16 projection (the fused kernel reads them in place, the chunked ones copy them
+    contiguous): the output is float32 and the gradients come back in bf16, matching the recurrence on the same
+    values. L = 18 crosses a chunk boundary; the decays lie in the layer's range, which the chunked kernels need."""
+    B, L, H, K = 2, 18, 2, 8
     g = torch.Generator().manual_seed(3)
     rkv = torch.randn(B, L, H, 3 * K, generator=g).bfloat16().requires_grad_()
-    rest = [t.bfloat16().requires_grad_() for t in layer_inputs(B, L, H, K, K)[1::3]]  # w and a
+    rest = [t.bfloat16().requires_grad_() for t in layer_inputs(B, L, H, K, K, -0.6, -0.01)[1::3]]  # w and a
     b = (-rest[1].detach().float() * 0.5).bfloat16().requires_grad_()
     do = torch.randn(B, L, H, K, generator=g)
 
@@ -142,7 +145,7 @@ def test_triton_takes_strided_low_precision_views():
         o = fn(r, leaves[1], k, v, leaves[2], leaves[3])
         return [o, *torch.autograd.grad(o, leaves, do.to(o.dtype))]
 
-    got, want = run(rwkv7_fused, torch.bfloat16), run(rwkv7_recurrence, torch.float64)
+    got, want = run(kernel, torch.bfloat16), run(rwkv7_recurrence, torch.float64)
     assert got[0].dtype == torch.float32 and all(t.dtype == torch.bfloat16 for t in got[1:])
     torch.testing.assert_close(got[0].double(), want[0], rtol=1e-4, atol=1e-4)
     for g_, w in zip(got[1:], want[1:]):  # gradients rounded to bf16
