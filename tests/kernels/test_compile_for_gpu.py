@@ -3,7 +3,8 @@
 The CPU tests run the kernels under Triton's interpreter, which executes their Python and never compiles them, so a
 kernel can pass every CPU test and still fail to compile on the GPU (a type the compiler refuses, a loop-carried
 value that changes type). Here each of zoo's mixers trains a step of a tiny model with each op forced onto its
-Triton path, in float32 and under bf16 autocast, through the interpreter, while every kernel launch is recorded
+Triton path, in float32 and under bf16 autocast, through the interpreter (a kernel no mixer launches is called
+directly), while every kernel launch is recorded
 (its argument types, constexprs and launch options); then a subprocess without the interpreter compiles each recorded specialization for Hopper (sm_90) with
 the ptxas that ships with Triton. Block sizes are the interpreter's small ones, not the GPU's tuned ones: what is
 checked is that the code compiles, not how fast it runs.
@@ -21,6 +22,7 @@ import torch
 
 from zoo.kernels import backend as kernel_backend
 from zoo.kernels.cross_entropy import cross_entropy
+from zoo.kernels.rwkv7 import rwkv7
 from zoo.mixers.registry import get_mixer, list_mixers
 from zoo.model import LanguageModel
 
@@ -129,6 +131,12 @@ def test_every_launched_triton_kernel_compiles_for_sm90(monkeypatch):
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
                 logits = model.logits(model(ids)).flatten(0, 1)
             cross_entropy(logits, ids.flatten()).backward()
+    # kernels no mixer launches: RWKV-7's fused recurrence, which decays without a bound take (the layer's are
+    # bounded and take the chunked kernels); float32, and the layer's dtypes under bf16 autocast (w in float32)
+    for dtype in (torch.float32, torch.bfloat16):
+        r, k, v, a, b = (torch.randn(1, 5, 1, 4).to(dtype).requires_grad_() for _ in range(5))
+        w = (-torch.rand(1, 5, 1, 4)).requires_grad_()
+        rwkv7(r, w, k, v, a, b, backend="triton").sum().backward()
     assert {s["module"] for s in specs} == kernel_modules()  # every kernel module ran (a new one needs a driver)
     unique = list({json.dumps(s, sort_keys=True): s for s in specs}.values())
     done = subprocess.run([sys.executable, "-c", COMPILE], input=json.dumps(unique), capture_output=True, text=True,
