@@ -277,7 +277,8 @@ def recurrence_rows(B, T, H, K):
 
 
 RWKV7_LAUNCHES = [Rwkv7Launch(block_v, warps) for block_v in (16, 32, 64) for warps in (1, 2, 4)]
-RWKV7_CHUNK_LAUNCHES = [Rwkv7ChunkLaunch(warps, precision) for precision in ("tf32", "ieee") for warps in (2, 4, 8)]
+RWKV7_CHUNK_LAUNCHES = [Rwkv7ChunkLaunch(block_v, warps, "tf32") for block_v in (16, 32, 64) for warps in (2, 4, 8)] + [
+    Rwkv7ChunkLaunch(64, 4, "ieee")]
 
 
 def rwkv7_rows(B, T, H, K):
@@ -301,7 +302,7 @@ def rwkv7_rows(B, T, H, K):
     rows["ours, bf16 states"] = timed_pair(lambda: rwkv7_fused(*leaves, launch=half_bytes), grad, leaves)
     rows["chunked PyTorch form"] = timed_pair(lambda: rwkv7_op.rwkv7(*leaves, backend="chunked"), grad, leaves)
     for launch in RWKV7_CHUNK_LAUNCHES:
-        rows[f"ours chunked, {launch.num_warps} warps, {launch.precision}"] = timed_pair(
+        rows[f"ours chunked {launch.block_v:>2d} columns, {launch.num_warps} warps, {launch.precision}"] = timed_pair(
             lambda: rwkv7_chunk(*leaves, launch=launch), grad, leaves)
     return rows
 

@@ -298,6 +298,16 @@ class Launch(NamedTuple):
 LAUNCH = Launch()
 
 
+def check_launch(launch: Launch) -> None:
+    """A ValueError naming the field of ``launch`` the kernels cannot take, and what they take."""
+    if launch.precision not in ("tf32", "ieee"):
+        raise ValueError(f"rwkv7_chunk: launch.precision {launch.precision!r}, expected 'tf32' or 'ieee'")
+    if not isinstance(launch.block_v, int) or launch.block_v < 16 or launch.block_v & (launch.block_v - 1):
+        raise ValueError(f"rwkv7_chunk: launch.block_v {launch.block_v!r}, expected a power of two >= 16")
+    if not isinstance(launch.num_warps, int) or launch.num_warps < 1 or launch.num_warps & (launch.num_warps - 1):
+        raise ValueError(f"rwkv7_chunk: launch.num_warps {launch.num_warps!r}, expected a power of two >= 1")
+
+
 def _blocks(K: int, V: int, launch: Launch) -> tuple[int, int, int]:
     """(BK, BV of the chains, VP): K and V padded to powers of two (at least 16, the matmuls' least size)."""
     BK, VP = max(16, triton.next_power_of_2(K)), max(16, triton.next_power_of_2(V))
@@ -353,8 +363,5 @@ def rwkv7_chunk(r: torch.Tensor, w: torch.Tensor, k: torch.Tensor, v: torch.Tens
     any float dtype (the math is float32) and strides (made contiguous: the kernels read that layout); any K and V
     (padded to powers of two, at least 16, inside). The gradients come back in the inputs' dtypes.
     """
-    if launch.precision not in ("tf32", "ieee"):
-        raise ValueError(f"rwkv7_chunk: launch.precision {launch.precision!r}, expected 'tf32' or 'ieee'")
-    if launch.block_v < 16 or launch.block_v & (launch.block_v - 1):
-        raise ValueError(f"rwkv7_chunk: launch.block_v {launch.block_v}, expected a power of two >= 16")
+    check_launch(launch)
     return RWKV7ChunkFunction.apply(*(x.contiguous() for x in (r, w, k, v, a, b)), launch)

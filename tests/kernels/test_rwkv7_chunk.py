@@ -7,12 +7,14 @@ import torch
 
 from zoo.kernels import backend
 from zoo.kernels.rwkv7 import rwkv7
-from zoo.kernels.rwkv7.chunk import CHUNK, MAX_EXPONENT, Launch, fits, rwkv7_chunk
+from zoo.kernels.bench import RWKV7_CHUNK_LAUNCHES, RWKV7_W_MIN
+from zoo.kernels.rwkv7.chunk import CHUNK, MAX_EXPONENT, Launch, check_launch, fits, rwkv7_chunk
 from zoo.kernels.rwkv7.naive import rwkv7_naive, rwkv7_recurrence
+from zoo.mixers.rwkv7 import W_SCALE
 
 from test_rwkv7_fused import NAMES, assert_matches, grads, layer_inputs
 
-W_LAYER = -0.6065306597126334  # the RWKV-7 layer's bound on its log decays
+W_LAYER = -W_SCALE  # the RWKV-7 layer's bound on its log decays
 W_EDGE = -MAX_EXPONENT / CHUNK  # the lowest bound the kernels take
 
 
@@ -69,10 +71,17 @@ def test_rwkv7_dispatches_the_chunks_by_name_and_refuses_unbounded_decays():
 
 @pytest.mark.parametrize("launch, match", [(Launch(precision="fp16"), "launch.precision 'fp16'"),
                                            (Launch(block_v=24), "launch.block_v 24"),
-                                           (Launch(block_v=8), "launch.block_v 8")])
+                                           (Launch(block_v=8), "launch.block_v 8"),
+                                           (Launch(64, "tf32"), "launch.num_warps 'tf32'")])
 def test_launch_is_checked(launch, match):
     with pytest.raises(ValueError, match=match):
         rwkv7_chunk(*layer_inputs(1, 4, 1, 16, 16, W_LAYER, -0.01), launch=launch)
+
+
+def test_the_kernel_bench_times_valid_launches_at_the_layers_bound():
+    for launch in RWKV7_CHUNK_LAUNCHES:
+        check_launch(launch)
+    assert RWKV7_W_MIN == W_LAYER and fits(RWKV7_W_MIN)
 
 
 @pytest.mark.gpu

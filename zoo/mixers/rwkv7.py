@@ -8,8 +8,8 @@ Per head, with state S: (K, V) and per-step log decay w_t < 0::
 Layer 0's values ``v_first`` travel to later layers through the model's ``layer_state`` dict and are
 mixed into their values. The recurrence is ``zoo.kernels.rwkv7.rwkv7``: fla's ``chunk_rwkv7`` on GPU (zoo's Triton
 chunked kernels where fla's chunks are unreliable: the layer's decays are bounded, w > -W_SCALE), the PyTorch
-recurrence on CPU. The six token-shift mixes of the
-input (x + (x_{t-1} - x) * x_*) are ``zoo.kernels.token_shift.token_shift_mix``: one Triton kernel each way on GPU.
+recurrence on CPU. The six token-shift mixes of the input (x + (x_{t-1} - x) * x_*) are
+``zoo.kernels.token_shift.token_shift_mix``: one Triton kernel each way on GPU.
 The elementwise work between the projections and the recurrence (``recurrence_inputs``) and after it
 (``read_out``) is a few dozen small PyTorch ops each way; in training on a GPU each of the two runs compiled by
 ``torch.compile`` (Inductor fuses it into a few kernels; on an H100 the GPU time of the model's elementwise,
