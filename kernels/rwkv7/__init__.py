@@ -10,7 +10,7 @@ chunked kernels where ``w_min`` fits them, else our fused recurrence; elsewhere 
 
 On an H200 (Triton 3.6, where fla's chunks do not run) at the figure-2 cell's shape (B=256, L=256, H=2, K=V=64,
 bf16 inputs, decays in the layer's range), forward / forward + backward: the chunked kernels 0.354 / 1.130 ms, the
-fused recurrence 0.511 / 2.688 (``python -m zoo.kernels.bench --rwkv7``; ``chunk.py``).
+fused recurrence 0.511 / 2.688 (``do_bench`` in one process; ``chunk.py``).
 """
 from __future__ import annotations
 
