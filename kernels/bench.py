@@ -93,9 +93,10 @@ def under_autocast(fn):
 
 def print_pairs(rows):
     """One line per row of ``timed_pair`` results (or a reason the row did not run), under a header."""
-    print(f"{'':44s} {'fwd ms':>9s} {'fwd+bwd ms':>11s}")
+    width = max([44, *map(len, rows)])
+    print(f"{'':{width}s} {'fwd ms':>9s} {'fwd+bwd ms':>11s}")
     for name, row in rows.items():
-        print(f"{name:44s} " + (row if isinstance(row, str) else f"{row[0]:9.3f} {row[1]:11.3f}"))
+        print(f"{name:{width}s} " + (row if isinstance(row, str) else f"{row[0]:9.3f} {row[1]:11.3f}"))
 
 
 def band_pairs(T: int, window: int) -> int:
@@ -277,8 +278,20 @@ def recurrence_rows(B, T, H, K):
 
 
 RWKV7_LAUNCHES = [Rwkv7Launch(block_v, warps) for block_v in (16, 32, 64) for warps in (1, 2, 4)]
-RWKV7_CHUNK_LAUNCHES = [Rwkv7ChunkLaunch(block_v, warps, "tf32") for block_v in (16, 32, 64) for warps in (2, 4, 8)] + [
-    Rwkv7ChunkLaunch(64, 4, "ieee")]
+# the chunked kernels: the default, the chains' columns and warps, the gradients' warps, T in float32 on the
+# chains' warps (the launch before "tf32x3"), every matmul in float32
+RWKV7_CHUNK_LAUNCHES = list(dict.fromkeys([
+    Rwkv7ChunkLaunch(),
+    *(Rwkv7ChunkLaunch(block_v, warps) for block_v in (32, 64) for warps in (1, 2, 4)),
+    *(Rwkv7ChunkLaunch(grads_warps=warps) for warps in (2, 8)),
+    Rwkv7ChunkLaunch(inverse_precision="ieee", intra_warps=None), Rwkv7ChunkLaunch(precision="ieee")]))
+
+
+def chunk_launch_name(launch) -> str:
+    """A chunked RWKV-7 launch in a row's words."""
+    return (f"ours chunked {launch.block_v:>2d} columns, {launch.num_warps} warps, {launch.precision}; T "
+            f"{launch.inverse_precision}, {launch.intra_warps or launch.num_warps}; grads "
+            f"{launch.grads_warps or launch.num_warps}")
 
 
 def rwkv7_rows(B, T, H, K):
@@ -302,8 +315,7 @@ def rwkv7_rows(B, T, H, K):
     rows["ours, bf16 states"] = timed_pair(lambda: rwkv7_fused(*leaves, launch=half_bytes), grad, leaves)
     rows["chunked PyTorch form"] = timed_pair(lambda: rwkv7_op.rwkv7(*leaves, backend="chunked"), grad, leaves)
     for launch in RWKV7_CHUNK_LAUNCHES:
-        rows[f"ours chunked {launch.block_v:>2d} columns, {launch.num_warps} warps, {launch.precision}"] = timed_pair(
-            lambda: rwkv7_chunk(*leaves, launch=launch), grad, leaves)
+        rows[chunk_launch_name(launch)] = timed_pair(lambda: rwkv7_chunk(*leaves, launch=launch), grad, leaves)
     return rows
 
 

@@ -106,17 +106,18 @@ def _chunk_rows(r_ptr, w_ptr, k_ptr, a_ptr, b_ptr, i_b, i_h, i_c, L, H, K, BK: t
 
 
 @triton.jit
-def _inverse(A, C: tl.constexpr):
-    """(I - A)^-1 for a strictly lower triangular [16, 16] A: (I + A)(I + A^2)(I + A^4)(I + A^8), in float32."""
+def _inverse(A, C: tl.constexpr, PRECISION: tl.constexpr):
+    """(I - A)^-1 for a strictly lower triangular [16, 16] A: (I + A)(I + A^2)(I + A^4)(I + A^8), in float32
+    ("ieee") or its three-tf32 emulation ("tf32x3")."""
     tt = tl.arange(0, C)
     eye = tl.where(tt[:, None] == tt[None, :], 1.0, 0.0)
     T = eye + A
-    P = tl.dot(A, A, input_precision="ieee")
-    T = tl.dot(T, eye + P, input_precision="ieee")
-    P = tl.dot(P, P, input_precision="ieee")
-    T = tl.dot(T, eye + P, input_precision="ieee")
-    P = tl.dot(P, P, input_precision="ieee")
-    return tl.dot(T, eye + P, input_precision="ieee")
+    P = tl.dot(A, A, input_precision=PRECISION)
+    T = tl.dot(T, eye + P, input_precision=PRECISION)
+    P = tl.dot(P, P, input_precision=PRECISION)
+    T = tl.dot(T, eye + P, input_precision=PRECISION)
+    P = tl.dot(P, P, input_precision=PRECISION)
+    return tl.dot(T, eye + P, input_precision=PRECISION)
 
 
 @triton.jit
@@ -135,12 +136,13 @@ def _state_ptrs(ptr, i_bh, n_chunks, i_c, vv, R: tl.constexpr, VP):
 
 
 @triton.jit
-def _intra_kernel(r_ptr, w_ptr, k_ptr, a_ptr, b_ptr, t_ptr, L, H, K, BK: tl.constexpr, C: tl.constexpr):
+def _intra_kernel(r_ptr, w_ptr, k_ptr, a_ptr, b_ptr, t_ptr, L, H, K, BK: tl.constexpr, C: tl.constexpr,
+                  PRECISION: tl.constexpr):
     """T of every chunk, one program per (chunk, batch and head): [B H, n_chunks, C, C]."""
     i_c, i_bh = tl.program_id(0), tl.program_id(1)
     ahat, bhat, khat, rhat, btil, ktil, cw, cwp, last, t, kmask = _chunk_rows(
         r_ptr, w_ptr, k_ptr, a_ptr, b_ptr, i_bh // H, i_bh % H, i_c, L, H, K, BK, C)
-    T = _inverse(_lower(tl.dot(ahat, tl.trans(bhat), input_precision="ieee"), C, True), C)
+    T = _inverse(_lower(tl.dot(ahat, tl.trans(bhat), input_precision=PRECISION), C, True), C, PRECISION)
     tl.store(_state_ptrs(t_ptr, i_bh, tl.num_programs(0), i_c, tl.arange(0, C), C, C), T)
 
 
@@ -287,11 +289,15 @@ def _grads_kernel(r_ptr, w_ptr, k_ptr, v_ptr, a_ptr, b_ptr, do_ptr, states, dsta
 
 class Launch(NamedTuple):
     """How the kernels are launched: value columns per program of the two chains through the chunks (a power of
-    two, at least 16; the per-chunk kernels take all of V), warps per program, and the matmuls' precision ("tf32"
-    or "ieee"; T's products are always float32)."""
+    two, at least 16; the per-chunk kernels take all of V), warps per program of the chains and of O's kernel, the
+    matmuls' precision ("tf32" or "ieee"), T's precision ("ieee", or "tf32x3": three tf32 products, float32's
+    accuracy), and the warps of T's kernel and of the gradients' (None: the chains')."""
     block_v: int = 64
-    num_warps: int = 4
+    num_warps: int = 2
     precision: str = "tf32"
+    inverse_precision: str = "tf32x3"
+    intra_warps: int | None = 1
+    grads_warps: int | None = 4
 
 
 # The launch the dispatcher (``zoo.kernels.rwkv7``) runs.
@@ -302,10 +308,24 @@ def check_launch(launch: Launch) -> None:
     """A ValueError naming the field of ``launch`` the kernels cannot take, and what they take."""
     if launch.precision not in ("tf32", "ieee"):
         raise ValueError(f"rwkv7_chunk: launch.precision {launch.precision!r}, expected 'tf32' or 'ieee'")
+    if launch.inverse_precision not in ("ieee", "tf32x3"):
+        raise ValueError(f"rwkv7_chunk: launch.inverse_precision {launch.inverse_precision!r}, expected 'ieee' or "
+                         "'tf32x3'")
     if not isinstance(launch.block_v, int) or launch.block_v < 16 or launch.block_v & (launch.block_v - 1):
         raise ValueError(f"rwkv7_chunk: launch.block_v {launch.block_v!r}, expected a power of two >= 16")
-    if not isinstance(launch.num_warps, int) or launch.num_warps < 1 or launch.num_warps & (launch.num_warps - 1):
-        raise ValueError(f"rwkv7_chunk: launch.num_warps {launch.num_warps!r}, expected a power of two >= 1")
+    for field in ("num_warps", "intra_warps", "grads_warps"):
+        warps = getattr(launch, field)
+        if warps is None and field != "num_warps":
+            continue
+        if not isinstance(warps, int) or warps < 1 or warps & (warps - 1):
+            raise ValueError(f"rwkv7_chunk: launch.{field} {warps!r}, expected a power of two >= 1"
+                             + ("" if field == "num_warps" else " or None"))
+
+
+def _warps(launch: Launch, field: str) -> int:
+    """Warps of T's or the gradients' kernel: its own field, else the chains'."""
+    warps = getattr(launch, field)
+    return launch.num_warps if warps is None else warps
 
 
 def _blocks(K: int, V: int, launch: Launch) -> tuple[int, int, int]:
@@ -321,16 +341,16 @@ class RWKV7ChunkFunction(torch.autograd.Function):
         V = v.shape[-1]
         BK, BV, VP = _blocks(K, V, launch)
         n_chunks = triton.cdiv(L, CHUNK)
-        kw = dict(C=CHUNK, num_warps=launch.num_warps)
         T = torch.empty(Bsz * H, n_chunks, CHUNK, CHUNK, device=r.device, dtype=torch.float32)
-        _intra_kernel[(n_chunks, Bsz * H)](r, w, k, a, b, T, L, H, K, BK=BK, **kw)
+        _intra_kernel[(n_chunks, Bsz * H)](r, w, k, a, b, T, L, H, K, BK=BK, C=CHUNK,
+                                           PRECISION=launch.inverse_precision, num_warps=_warps(launch, "intra_warps"))
         states = torch.empty(Bsz * H, n_chunks, BK, VP, device=r.device, dtype=torch.float32)
         SA = torch.empty(Bsz * H, n_chunks, CHUNK, VP, device=r.device, dtype=torch.float32)
-        _states_kernel[(VP // BV, Bsz * H)](r, w, k, v, a, b, T, states, SA, L, H, K, V, VP, BK=BK, BV=BV,
-                                             PRECISION=launch.precision, **kw)
+        _states_kernel[(VP // BV, Bsz * H)](r, w, k, v, a, b, T, states, SA, L, H, K, V, VP, BK=BK, BV=BV, C=CHUNK,
+                                             PRECISION=launch.precision, num_warps=launch.num_warps)
         o = torch.empty(Bsz, L, H, V, device=r.device, dtype=torch.float32)
-        _output_kernel[(n_chunks, Bsz * H)](r, w, k, v, a, b, states, SA, o, L, H, K, V, VP, BK=BK, BV=VP,
-                                             PRECISION=launch.precision, **kw)
+        _output_kernel[(n_chunks, Bsz * H)](r, w, k, v, a, b, states, SA, o, L, H, K, V, VP, BK=BK, BV=VP, C=CHUNK,
+                                             PRECISION=launch.precision, num_warps=launch.num_warps)
         ctx.save_for_backward(r, w, k, v, a, b, states, T, SA)
         ctx.launch = launch
         return o
@@ -343,13 +363,14 @@ class RWKV7ChunkFunction(torch.autograd.Function):
         V = v.shape[-1]
         BK, BV, VP = _blocks(K, V, launch)
         n_chunks = triton.cdiv(L, CHUNK)
-        kw = dict(C=CHUNK, PRECISION=launch.precision, num_warps=launch.num_warps)
+        kw = dict(C=CHUNK, PRECISION=launch.precision)
         do = do.contiguous()
         dstates = torch.empty_like(states)
-        _grad_states_kernel[(VP // BV, Bsz * H)](r, w, k, a, b, do, T, dstates, L, H, K, V, VP, BK=BK, BV=BV, **kw)
+        _grad_states_kernel[(VP // BV, Bsz * H)](r, w, k, a, b, do, T, dstates, L, H, K, V, VP, BK=BK, BV=BV,
+                                                 num_warps=launch.num_warps, **kw)
         dr, dw, dk, dv, da, db = (torch.empty_like(x) for x in (r, w, k, v, a, b))
         _grads_kernel[(n_chunks, Bsz * H)](r, w, k, v, a, b, do, states, dstates, T, SA, dr, dw, dk, dv, da, db,
-                                            L, H, K, V, VP, BK=BK, BV=VP, **kw)
+                                            L, H, K, V, VP, BK=BK, BV=VP, num_warps=_warps(launch, "grads_warps"), **kw)
         return dr, dw, dk, dv, da, db, None
 
 

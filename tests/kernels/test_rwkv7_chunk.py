@@ -8,7 +8,7 @@ import torch
 from zoo.kernels import backend
 from zoo.kernels.rwkv7 import rwkv7
 from zoo.kernels.bench import RWKV7_CHUNK_LAUNCHES, RWKV7_W_MIN
-from zoo.kernels.rwkv7.chunk import CHUNK, MAX_EXPONENT, Launch, check_launch, fits, rwkv7_chunk
+from zoo.kernels.rwkv7.chunk import CHUNK, LAUNCH, MAX_EXPONENT, Launch, check_launch, fits, rwkv7_chunk
 from zoo.kernels.rwkv7.naive import rwkv7_naive, rwkv7_recurrence
 from zoo.mixers.rwkv7 import W_SCALE
 
@@ -46,6 +46,14 @@ def test_chunks_match_naive(shape, w_low, w_high, block_v):
     assert_matches(got, want, rtol=1e-4, atol=1e-4)
 
 
+def test_the_inverse_in_float32_matches_naive():
+    """T's products as "ieee" rather than the default "tf32x3" (the interpreter computes both in float32): the
+    launch reaches the kernel, whose result holds."""
+    got, want = chunk_against_naive((2, 19, 2, 16, 32), W_LAYER, -0.01,
+                                    launch=Launch(precision="ieee", inverse_precision="ieee"))
+    assert_matches(got, want, rtol=1e-4, atol=1e-4)
+
+
 def test_chunks_are_bit_reproducible():
     xs = layer_inputs(1, 20, 2, 16, 16, W_LAYER, -0.01)
     do = torch.randn(1, 20, 2, 16)
@@ -72,7 +80,10 @@ def test_rwkv7_dispatches_the_chunks_by_name_and_refuses_unbounded_decays():
 @pytest.mark.parametrize("launch, match", [(Launch(precision="fp16"), "launch.precision 'fp16'"),
                                            (Launch(block_v=24), "launch.block_v 24"),
                                            (Launch(block_v=8), "launch.block_v 8"),
-                                           (Launch(64, "tf32"), "launch.num_warps 'tf32'")])
+                                           (Launch(64, "tf32"), "launch.num_warps 'tf32'"),
+                                           (Launch(inverse_precision="tf32"), "launch.inverse_precision 'tf32'"),
+                                           (Launch(grads_warps=3), "launch.grads_warps 3"),
+                                           (Launch(intra_warps=0), "launch.intra_warps 0")])
 def test_launch_is_checked(launch, match):
     with pytest.raises(ValueError, match=match):
         rwkv7_chunk(*layer_inputs(1, 4, 1, 16, 16, W_LAYER, -0.01), launch=launch)
@@ -82,6 +93,14 @@ def test_the_kernel_bench_times_valid_launches_at_the_layers_bound():
     for launch in RWKV7_CHUNK_LAUNCHES:
         check_launch(launch)
     assert RWKV7_W_MIN == W_LAYER and fits(RWKV7_W_MIN)
+
+
+def assert_within(got, want, tol, what):
+    """Each tensor of ``got`` within ``tol`` of the largest |value| of its counterpart in ``want``."""
+    for name, g, w in zip(NAMES, got, want):
+        scale = w.abs().max().item()
+        err = (g - w).abs().max().item()
+        assert err <= tol * scale, f"{name}: max error {err} against max |value| {scale} ({what})"
 
 
 @pytest.mark.gpu
@@ -94,8 +113,17 @@ def test_chunks_match_naive_on_gpu(shape, block_v, precision, tol):
     xs = layer_inputs(*shape, w_low=W_LAYER, w_high=-1e-4, device="cuda")
     do = torch.randn(*shape[:3], shape[4], device="cuda")
     got = grads(lambda *x: rwkv7_chunk(*x, launch=Launch(block_v=block_v, precision=precision)), xs, do)
-    want = grads(rwkv7_naive, xs, do)
-    for name, g, w in zip(NAMES, got, want):
-        scale = w.abs().max().item()
-        err = (g - w).abs().max().item()
-        assert err <= tol * scale, f"{name}: max error {err} against max |value| {scale} ({precision})"
+    assert_within(got, grads(rwkv7_naive, xs, do), tol, precision)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("launch", [
+    LAUNCH, Launch(inverse_precision="ieee", intra_warps=4), Launch(num_warps=4, intra_warps=None, grads_warps=None),
+    Launch(num_warps=8, intra_warps=8, grads_warps=8), Launch(num_warps=1, intra_warps=2, grads_warps=2)], ids=str)
+def test_each_launch_matches_naive_on_gpu(launch):
+    """The dispatcher's launch and others (each kernel's warps, T by three tf32 products) at the model's head size,
+    within tf32's tolerance of the float32 recurrence."""
+    xs = layer_inputs(3, 130, 2, 64, 64, w_low=W_LAYER, w_high=-1e-4, device="cuda")
+    do = torch.randn(3, 130, 2, 64, device="cuda")
+    got = grads(lambda *x: rwkv7_chunk(*x, launch=launch), xs, do)
+    assert_within(got, grads(rwkv7_naive, xs, do), 1e-2, launch)

@@ -27,6 +27,7 @@ from torch import nn
 from zoo.kernels import backend
 from zoo.kernels.autocast import matmul_dtype
 from zoo.kernels.backend import Compiled
+from zoo.kernels.linear import Linear
 from zoo.kernels.rwkv7 import rwkv7
 from zoo.kernels.token_shift import token_shift_mix
 from zoo.errors import ConfigError
@@ -44,9 +45,9 @@ class LoRA(nn.Module):
 
     def __init__(self, d_in: int, d_out: int, rank: int, activation: nn.Module | None, bias: bool = True):
         super().__init__()
-        self.down = nn.Linear(d_in, rank, bias=False)
+        self.down = Linear(d_in, rank, bias=False)
         self.act = activation or nn.Identity()
-        self.up = nn.Linear(rank, d_out, bias=False)
+        self.up = Linear(rank, d_out, bias=False)
         self.bias = nn.Parameter(torch.zeros(d_out)) if bias else None
         with torch.no_grad():
             nn.init.zeros_(self.down.weight)
@@ -165,9 +166,9 @@ class RWKV7(nn.Module):
         # token-shift mixes of the r, w, k, v, a, g inputs: x + (x_{t-1} - x) * x_*
         for name, exponent in (("x_r", 0.2), ("x_w", 0.9), ("x_k", 0.7), ("x_v", 0.7), ("x_a", 0.9), ("x_g", 0.2)):
             setattr(self, name, nn.Parameter((1 - (idx / D) ** (exponent * ratio_1_to_almost0)).float()))
-        self.r_proj = nn.Linear(D, D, bias=False)
-        self.k_proj = nn.Linear(D, D, bias=False)
-        self.v_proj = nn.Linear(D, D, bias=False)
+        self.r_proj = Linear(D, D, bias=False)
+        self.k_proj = Linear(D, D, bias=False)
+        self.v_proj = Linear(D, D, bias=False)
         self.w_lora = LoRA(D, D, decay_rank, nn.Tanh())
         self.a_lora = LoRA(D, D, iclr_rank, None)
         self.g_lora = LoRA(D, D, gate_rank, nn.Sigmoid(), bias=False)
@@ -176,7 +177,7 @@ class RWKV7(nn.Module):
         self.k_a = nn.Parameter(torch.full((D,), 1.02))
         self.r_k = nn.Parameter(torch.full((self.n_heads, head_dim), -0.04))
         self.g_norm = nn.GroupNorm(self.n_heads, D, eps=head_dim * 1e-5)
-        self.o_proj = nn.Linear(D, D, bias=False)
+        self.o_proj = Linear(D, D, bias=False)
         with torch.no_grad():
             decay = -6 + 6 * (idx / (D - 1)) ** (1 + ratio_0_to_1 ** 0.3)
             self.w_lora.bias.copy_(decay + 0.5 + 2.5 * zigzag)
