@@ -36,11 +36,13 @@ bound: exp(-cw_j) reaches exp(C |w_min|), and the masked upper triangles of A, A
 that size. The dispatcher (``zoo.kernels.rwkv7``) takes this path only where C |w_min| <= ``MAX_EXPONENT``, far
 below float32's range (exp(88)); other decays go to the fused recurrence, whose every exponent is one step's.
 
-Matmuls run in tf32 on the GPU by default (``Launch.precision``; "ieee" for full float32), T's always in
-float32. The interpreter (CPU tests) computes every matmul in float32.
+Matmuls run in tf32 on the GPU by default (``Launch.precision``; "ieee" for full float32), T's in float32's
+accuracy: "tf32x3" (three tf32 products a product) by default, "ieee" (float32 FMAs) on request. The interpreter
+(CPU tests) computes every matmul in float32.
 
 Measured on an H200 (torch 2.11, Triton 3.6, bf16 inputs, H=2, K=V=64, w in the layer's range; ``do_bench`` in one
-process), forward / forward + backward in ms, the launch's value columns and warps:
+process), forward / forward + backward in ms, the launch's value columns and warps (then one warp count for all
+five kernels, and T in "ieee"):
 
     B=256, L=256:  64 cols, 4 warps (the default) 0.354 / 1.130;  2 warps 0.344 / 1.239;  8 warps 0.535 / 1.495;
                    32 cols 0.428 / 1.274;  16 cols 0.608 / 1.678;  "ieee" 0.982 / 3.559;  fused recurrence 0.511 / 2.688
@@ -50,6 +52,14 @@ A single walk per (value block, batch, head) doing all of a chunk's work, T and 
 five), took 0.300 / 1.308 at B=256, L=256 (3.559 -> 6.475 in "ieee"); fewer columns a program were slower there
 too. In the figure-2 training step (profiled, CUDA graphs) the per-chunk gradient kernel is the largest of the
 five, 0.63 ms a call, then the two chains (0.15 and 0.16), T (0.125) and O (0.097).
+
+Each kernel alone, on an H100 80GB at B=256, L=256 (a probe script of ``do_bench`` in one process, not committed;
+ms, by warps): T in "ieee" 0.091 (1 warp), 0.129 (2), 0.126 (4), 0.203 (8); in "tf32x3" 0.055, 0.061, 0.098,
+0.197, within 1.5e-7 of "ieee" at 4 warps. The chain forward 0.146, 0.145, 0.235 (2, 4, 8 warps); in reverse
+0.127, 0.162, 0.244. O 0.119, 0.117, 0.116, 0.115 (1 to 8). The gradients 0.966 (2), 0.647 (4), 0.737 (8); a
+variant storing each gradient as soon as it was complete, to shorten the tiles' lives, took 0.706 at 4 warps and
+was not kept. Hence ``Launch``'s defaults: T in "tf32x3" on one warp, the chains and O on two, the gradients on four
+(before: four warps and T in "ieee" everywhere).
 """
 from __future__ import annotations
 
