@@ -279,7 +279,7 @@ def recurrence_rows(B, T, H, K):
 
 RWKV7_LAUNCHES = [Rwkv7Launch(block_v, warps) for block_v in (16, 32, 64) for warps in (1, 2, 4)]
 # the chunked kernels: the default, the chains' columns and warps, the gradients' warps, T in float32 on the
-# chains' warps (the launch before "tf32x3"), every matmul in float32
+# chains' warps, every matmul in float32
 RWKV7_CHUNK_LAUNCHES = list(dict.fromkeys([
     Rwkv7ChunkLaunch(),
     *(Rwkv7ChunkLaunch(block_v, warps) for block_v in (32, 64) for warps in (1, 2, 4)),
@@ -290,8 +290,7 @@ RWKV7_CHUNK_LAUNCHES = list(dict.fromkeys([
 def chunk_launch_name(launch) -> str:
     """A chunked RWKV-7 launch in a row's words."""
     return (f"ours chunked {launch.block_v:>2d} columns, {launch.num_warps} warps, {launch.precision}; T "
-            f"{launch.inverse_precision}, {launch.intra_warps or launch.num_warps}; grads "
-            f"{launch.grads_warps or launch.num_warps}")
+            f"{launch.inverse_precision}, {launch.warps('intra_warps')}; grads {launch.warps('grads_warps')}")
 
 
 def rwkv7_rows(B, T, H, K):

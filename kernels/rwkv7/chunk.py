@@ -309,6 +309,11 @@ class Launch(NamedTuple):
     intra_warps: int | None = 1
     grads_warps: int | None = 4
 
+    def warps(self, field: str) -> int:
+        """Warps of T's kernel ("intra_warps") or the gradients' ("grads_warps"): its own field, else the chains'."""
+        warps = getattr(self, field)
+        return self.num_warps if warps is None else warps
+
 
 # The launch the dispatcher (``zoo.kernels.rwkv7``) runs.
 LAUNCH = Launch()
@@ -332,12 +337,6 @@ def check_launch(launch: Launch) -> None:
                              + ("" if field == "num_warps" else " or None"))
 
 
-def _warps(launch: Launch, field: str) -> int:
-    """Warps of T's or the gradients' kernel: its own field, else the chains'."""
-    warps = getattr(launch, field)
-    return launch.num_warps if warps is None else warps
-
-
 def _blocks(K: int, V: int, launch: Launch) -> tuple[int, int, int]:
     """(BK, BV of the chains, VP): K and V padded to powers of two (at least 16, the matmuls' least size)."""
     BK, VP = max(16, triton.next_power_of_2(K)), max(16, triton.next_power_of_2(V))
@@ -353,7 +352,7 @@ class RWKV7ChunkFunction(torch.autograd.Function):
         n_chunks = triton.cdiv(L, CHUNK)
         T = torch.empty(Bsz * H, n_chunks, CHUNK, CHUNK, device=r.device, dtype=torch.float32)
         _intra_kernel[(n_chunks, Bsz * H)](r, w, k, a, b, T, L, H, K, BK=BK, C=CHUNK,
-                                           PRECISION=launch.inverse_precision, num_warps=_warps(launch, "intra_warps"))
+                                           PRECISION=launch.inverse_precision, num_warps=launch.warps("intra_warps"))
         states = torch.empty(Bsz * H, n_chunks, BK, VP, device=r.device, dtype=torch.float32)
         SA = torch.empty(Bsz * H, n_chunks, CHUNK, VP, device=r.device, dtype=torch.float32)
         _states_kernel[(VP // BV, Bsz * H)](r, w, k, v, a, b, T, states, SA, L, H, K, V, VP, BK=BK, BV=BV, C=CHUNK,
@@ -380,7 +379,7 @@ class RWKV7ChunkFunction(torch.autograd.Function):
                                                  num_warps=launch.num_warps, **kw)
         dr, dw, dk, dv, da, db = (torch.empty_like(x) for x in (r, w, k, v, a, b))
         _grads_kernel[(n_chunks, Bsz * H)](r, w, k, v, a, b, do, states, dstates, T, SA, dr, dw, dk, dv, da, db,
-                                            L, H, K, V, VP, BK=BK, BV=VP, num_warps=_warps(launch, "grads_warps"), **kw)
+                                            L, H, K, V, VP, BK=BK, BV=VP, num_warps=launch.warps("grads_warps"), **kw)
         return dr, dw, dk, dv, da, db, None
 
 
