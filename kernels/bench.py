@@ -278,19 +278,20 @@ def recurrence_rows(B, T, H, K):
 
 
 RWKV7_LAUNCHES = [Rwkv7Launch(block_v, warps) for block_v in (16, 32, 64) for warps in (1, 2, 4)]
-# the chunked kernels: the default, the chains' columns and warps, the gradients' warps, T in float32 on the
-# chains' warps, every matmul in float32
+# the chunked kernels: the default, the chains' columns and warps, the key side's gradients' key columns and warps,
+# T in float32 on the chains' warps, every matmul in float32
 RWKV7_CHUNK_LAUNCHES = list(dict.fromkeys([
     Rwkv7ChunkLaunch(),
     *(Rwkv7ChunkLaunch(block_v, warps) for block_v in (32, 64) for warps in (1, 2, 4)),
-    *(Rwkv7ChunkLaunch(grads_warps=warps) for warps in (2, 8)),
+    *(Rwkv7ChunkLaunch(grads_block_k=block_k, grads_warps=warps) for block_k in (16, 32, 64) for warps in (2, 4, 8)),
     Rwkv7ChunkLaunch(inverse_precision="ieee", intra_warps=None), Rwkv7ChunkLaunch(precision="ieee")]))
 
 
 def chunk_launch_name(launch) -> str:
     """A chunked RWKV-7 launch in a row's words."""
     return (f"ours chunked {launch.block_v:>2d} columns, {launch.num_warps} warps, {launch.precision}; T "
-            f"{launch.inverse_precision}, {launch.warps('intra_warps')}; grads {launch.warps('grads_warps')}")
+            f"{launch.inverse_precision}, {launch.warps('intra_warps')}; grads {launch.grads_block_k} keys, "
+            f"{launch.warps('grads_warps')}")
 
 
 def rwkv7_rows(B, T, H, K):

@@ -15,21 +15,24 @@ b̃_j = b_j exp(cw_C - cw_j), k̃_j = k_j exp(cw_C - cw_j), and the [C, C] matri
 product â_t . b̂_j is a_t^T diag(exp(cw_{t-1} - cw_j)) b_j, the decay from step j to step t - 1. T is the sum
 of A's powers (A is nilpotent): (I + A)(I + A^2)(I + A^4)(I + A^8) for C = 16, four products and three squarings.
 
-Only SA, O and S_C need S_0: everything else is the chunk's own. So only a short chain is sequential, and five
+Only SA, O and S_C need S_0: everything else is the chunk's own. So only a short chain is sequential, and four
 kernels split the work:
 
-* forward: T of every chunk (one program per chunk, batch and head); the chain S_0 -> SA -> S_C through the chunks
-  (one program per block of ``Launch.block_v`` value columns, batch and head: the columns of S evolve
-  independently), keeping each chunk's S_0 and SA; then O of every chunk (a program per chunk).
+* forward: T of every chunk (one program per chunk, batch and head); then the chain S_0 -> SA -> S_C through the
+  chunks (one program per block of ``Launch.block_v`` value columns, batch and head: the columns of S evolve
+  independently), which also writes each chunk's O and keeps its S_0 and SA.
 * backward: the reverse chain dS_C -> dSA = Rb^T dO + b̃ dS_C -> dY = T^T dSA -> dS_0 = exp(cw_C) dS_C + r̂^T dO
-  + â^T dY, keeping each chunk's dS_C; then every gradient of every chunk from its S_0, dS_C, T and SA (a program
-  per chunk: dA = dY SA^T is A's gradient, masked to its triangle; the exponentials' gradients are summed into
-  dL/dcw, then into dw by a reverse cumulative sum).
+  + â^T dY, which also writes V's gradient dV = Rk^T dO + k̃ dS_C + Ak^T dY (its every term is at hand there) and
+  keeps each chunk's dS_C and dY; then the key side's gradients (r, w, k, a, b) of every chunk from its S_0, dS_C,
+  SA and dY (a program per chunk and block of ``Launch.grads_block_k`` key columns: dA = dY SA^T is A's gradient,
+  masked to its triangle; the exponentials' gradients are summed into dL/dcw, then into dw by a reverse
+  cumulative sum). With dY kept, no product there contracts over K, so a program holds only its key columns' rows
+  of S_0 and dS_C.
 
-The chains do six small matmuls a chunk; the rest runs a program per chunk, B H ceil(L / 16) of them. Kept
-between kernels: T, and per chunk S_0 and dS_C (B H ceil(L / C) (K, V) float32 states each, 1/C of every state)
-and SA (as many floats as O). Each gradient is written once by the program of its chunk: no atomics, a run is
-bit-reproducible. No host syncs: forward and backward capture in a CUDA graph.
+The chains do eleven small matmuls a chunk; the rest runs a program per chunk (and key block), B H ceil(L / 16) of
+them. Kept between kernels: T, and per chunk S_0 and dS_C (B H ceil(L / C) (K, V) float32 states each, 1/C of
+every state), SA and dY (as many floats as O each). Each gradient is written once by one program: no atomics, a run
+is bit-reproducible. No host syncs: forward and backward capture in a CUDA graph.
 
 Splitting exp(cw_{t-1} - cw_j) into exp(cw_{t-1}) exp(-cw_j) is what makes these matmuls, and what needs the
 bound: exp(-cw_j) reaches exp(C |w_min|), and the masked upper triangles of A, Ak, Rb, Rk hold products up to
@@ -96,11 +99,10 @@ def _put(ptr, value, i_b, i_h, t, idx, L, H, D, mask):
 
 
 @triton.jit
-def _chunk_rows(r_ptr, w_ptr, k_ptr, a_ptr, b_ptr, i_b, i_h, i_c, L, H, K, BK: tl.constexpr, C: tl.constexpr):
-    """Chunk i_c's rows (module docstring): â, b̂, k̂, r̂, b̃, k̃, cw, cw_{t-1} ([C, BK]), cw_C ([BK]), and its
-    steps t and their mask over (t, K)."""
+def _chunk_rows(r_ptr, w_ptr, k_ptr, a_ptr, b_ptr, i_b, i_h, i_c, kk, L, H, K, C: tl.constexpr):
+    """Chunk i_c's rows (module docstring) at key columns kk ([BK]): â, b̂, k̂, r̂, b̃, k̃, cw, cw_{t-1} ([C, BK]),
+    cw_C ([BK]), and its steps t and their mask over (t, kk)."""
     t = i_c * C + tl.arange(0, C)
-    kk = tl.arange(0, BK)
     mask = (t[:, None] < L) & (kk[None, :] < K)
     r = _rows(r_ptr, i_b, i_h, t, kk, L, H, K, mask)
     w = _rows(w_ptr, i_b, i_h, t, kk, L, H, K, mask)
@@ -140,9 +142,9 @@ def _lower(x, C: tl.constexpr, STRICT: tl.constexpr):
 
 
 @triton.jit
-def _state_ptrs(ptr, i_bh, n_chunks, i_c, vv, R: tl.constexpr, VP):
-    """[R, BV] pointers to columns vv of chunk i_c's [R, VP] block in a [B H, n_chunks, R, VP] tensor."""
-    return ptr + (i_bh.to(tl.int64) * n_chunks + i_c) * R * VP + tl.arange(0, R)[:, None] * VP + vv[None, :]
+def _chunk_ptrs(ptr, i_bh, n_chunks, i_c, rows, cols, R: tl.constexpr, VP):
+    """[len(rows), len(cols)] pointers into chunk i_c's [R, VP] block of a [B H, n_chunks, R, VP] tensor."""
+    return ptr + (i_bh.to(tl.int64) * n_chunks + i_c) * R * VP + rows[:, None] * VP + cols[None, :]
 
 
 @triton.jit
@@ -151,125 +153,111 @@ def _intra_kernel(r_ptr, w_ptr, k_ptr, a_ptr, b_ptr, t_ptr, L, H, K, BK: tl.cons
     """T of every chunk, one program per (chunk, batch and head): [B H, n_chunks, C, C]."""
     i_c, i_bh = tl.program_id(0), tl.program_id(1)
     ahat, bhat, khat, rhat, btil, ktil, cw, cwp, last, t, kmask = _chunk_rows(
-        r_ptr, w_ptr, k_ptr, a_ptr, b_ptr, i_bh // H, i_bh % H, i_c, L, H, K, BK, C)
+        r_ptr, w_ptr, k_ptr, a_ptr, b_ptr, i_bh // H, i_bh % H, i_c, tl.arange(0, BK), L, H, K, C)
     T = _inverse(_lower(tl.dot(ahat, tl.trans(bhat), input_precision=PRECISION), C, True), C, PRECISION)
-    tl.store(_state_ptrs(t_ptr, i_bh, tl.num_programs(0), i_c, tl.arange(0, C), C, C), T)
+    tt = tl.arange(0, C)
+    tl.store(_chunk_ptrs(t_ptr, i_bh, tl.num_programs(0), i_c, tt, tt, C, C), T)
 
 
 @triton.jit
 def _chain_step(r_ptr, w_ptr, k_ptr, a_ptr, b_ptr, x_ptr, t_ptr, i_bh, i_c, n_chunks, vv, L, H, K, V,
-                BK: tl.constexpr, C: tl.constexpr):
-    """What a chain's step at chunk i_c reads: the chunk's rows â, b̂, k̂, r̂, b̃, k̃, cw_C (``_chunk_rows``), its
-    [C, BV] rows of x (V forward, dO backward) at columns vv, and its T."""
+                BK: tl.constexpr, C: tl.constexpr, PRECISION: tl.constexpr):
+    """What a chain's step at chunk i_c reads and shares: the chunk's rows â, b̂, k̂, r̂, b̃, k̃, cw_C
+    (``_chunk_rows``), its [C, BV] rows of x (V forward, dO backward) at columns vv, its T, Rk = r̂ k̂^T (lower) and
+    Ak = â k̂^T (strictly lower), and the mask of its rows of x."""
     i_b, i_h = i_bh // H, i_bh % H
     ahat, bhat, khat, rhat, btil, ktil, cw, cwp, last, t, kmask = _chunk_rows(
-        r_ptr, w_ptr, k_ptr, a_ptr, b_ptr, i_b, i_h, i_c, L, H, K, BK, C)
-    x = _rows(x_ptr, i_b, i_h, t, vv, L, H, V, (t[:, None] < L) & (vv[None, :] < V))
-    T = tl.load(_state_ptrs(t_ptr, i_bh, n_chunks, i_c, tl.arange(0, C), C, C))
-    return ahat, bhat, khat, rhat, btil, ktil, last, x, T
+        r_ptr, w_ptr, k_ptr, a_ptr, b_ptr, i_b, i_h, i_c, tl.arange(0, BK), L, H, K, C)
+    vmask = (t[:, None] < L) & (vv[None, :] < V)
+    x = _rows(x_ptr, i_b, i_h, t, vv, L, H, V, vmask)
+    tt = tl.arange(0, C)
+    T = tl.load(_chunk_ptrs(t_ptr, i_bh, n_chunks, i_c, tt, tt, C, C))
+    Rk = _lower(tl.dot(rhat, tl.trans(khat), input_precision=PRECISION), C, False)
+    Ak = _lower(tl.dot(ahat, tl.trans(khat), input_precision=PRECISION), C, True)
+    return ahat, bhat, rhat, btil, ktil, last, x, T, Rk, Ak, t, vmask
 
 
 @triton.jit
-def _states_kernel(r_ptr, w_ptr, k_ptr, v_ptr, a_ptr, b_ptr, t_ptr, states, sa_ptr, L, H, K, V, VP,
+def _states_kernel(r_ptr, w_ptr, k_ptr, v_ptr, a_ptr, b_ptr, t_ptr, states, sa_ptr, o_ptr, L, H, K, V, VP,
                    BK: tl.constexpr, BV: tl.constexpr, C: tl.constexpr, PRECISION: tl.constexpr):
     """The chain through the chunks, one program per (block of BV value columns, batch and head): each chunk's
-    entering state S_0 ([B H, n_chunks, BK, VP]) and SA ([B H, n_chunks, C, VP])."""
+    entering state S_0 ([B H, n_chunks, BK, VP]), SA ([B H, n_chunks, C, VP]), and O = r̂ S_0 + Rb SA + Rk V."""
     i_v, i_bh = tl.program_id(0), tl.program_id(1)
     vv = i_v * BV + tl.arange(0, BV)
     n_chunks = tl.cdiv(L, C)
     S = tl.zeros((BK, BV), dtype=tl.float32)
     for i_c in range(n_chunks):
-        tl.store(_state_ptrs(states, i_bh, n_chunks, i_c, vv, BK, VP), S)
-        ahat, bhat, khat, rhat, btil, ktil, last, v, T = _chain_step(
-            r_ptr, w_ptr, k_ptr, a_ptr, b_ptr, v_ptr, t_ptr, i_bh, i_c, n_chunks, vv, L, H, K, V, BK, C)
-        Ak = _lower(tl.dot(ahat, tl.trans(khat), input_precision=PRECISION), C, True)
+        tl.store(_chunk_ptrs(states, i_bh, n_chunks, i_c, tl.arange(0, BK), vv, BK, VP), S)
+        ahat, bhat, rhat, btil, ktil, last, v, T, Rk, Ak, t, vmask = _chain_step(
+            r_ptr, w_ptr, k_ptr, a_ptr, b_ptr, v_ptr, t_ptr, i_bh, i_c, n_chunks, vv, L, H, K, V, BK, C, PRECISION)
         Y = tl.dot(Ak, v, input_precision=PRECISION) + tl.dot(ahat, S, input_precision=PRECISION)
         SA = tl.dot(T, Y, input_precision=PRECISION)
-        tl.store(_state_ptrs(sa_ptr, i_bh, n_chunks, i_c, vv, C, VP), SA)
+        tl.store(_chunk_ptrs(sa_ptr, i_bh, n_chunks, i_c, tl.arange(0, C), vv, C, VP), SA)
+        Rb = _lower(tl.dot(rhat, tl.trans(bhat), input_precision=PRECISION), C, False)
+        o = (tl.dot(rhat, S, input_precision=PRECISION) + tl.dot(Rb, SA, input_precision=PRECISION)
+             + tl.dot(Rk, v, input_precision=PRECISION))
+        _put(o_ptr, o, i_bh // H, i_bh % H, t, vv, L, H, V, vmask)
         S = (tl.exp(last)[:, None] * S + tl.dot(tl.trans(btil), SA, input_precision=PRECISION)
              + tl.dot(tl.trans(ktil), v, input_precision=PRECISION))
 
 
 @triton.jit
-def _chunk_program(r_ptr, w_ptr, k_ptr, v_ptr, a_ptr, b_ptr, states, sa_ptr, L, H, K, V, VP, BK: tl.constexpr,
-                   BV: tl.constexpr, C: tl.constexpr, PRECISION: tl.constexpr):
-    """What a per-chunk program (one per chunk, batch and head; all of V, BV >= V) starts from: its chunk's rows
-    (``_chunk_rows``), V's rows, S_0, SA, Rb and Rk, and where they lie."""
-    i_c, i_bh = tl.program_id(0), tl.program_id(1)
-    i_b, i_h = i_bh // H, i_bh % H
-    vv = tl.arange(0, BV)
-    ahat, bhat, khat, rhat, btil, ktil, cw, cwp, last, t, kmask = _chunk_rows(
-        r_ptr, w_ptr, k_ptr, a_ptr, b_ptr, i_b, i_h, i_c, L, H, K, BK, C)
-    vmask = (t[:, None] < L) & (vv[None, :] < V)
-    v = _rows(v_ptr, i_b, i_h, t, vv, L, H, V, vmask)
-    S = tl.load(_state_ptrs(states, i_bh, tl.num_programs(0), i_c, vv, BK, VP))
-    SA = tl.load(_state_ptrs(sa_ptr, i_bh, tl.num_programs(0), i_c, vv, C, VP))
-    Rb = _lower(tl.dot(rhat, tl.trans(bhat), input_precision=PRECISION), C, False)
-    Rk = _lower(tl.dot(rhat, tl.trans(khat), input_precision=PRECISION), C, False)
-    return (i_b, i_h, i_bh, i_c, t, kmask, vv, vmask, ahat, bhat, khat, rhat, btil, ktil, cw, cwp, last, v, S, SA,
-            Rb, Rk)
-
-
-@triton.jit
-def _output_kernel(r_ptr, w_ptr, k_ptr, v_ptr, a_ptr, b_ptr, states, sa_ptr, o_ptr, L, H, K, V, VP,
-                   BK: tl.constexpr, BV: tl.constexpr, C: tl.constexpr, PRECISION: tl.constexpr):
-    """O = r̂ S_0 + Rb SA + Rk V, one program per (chunk, batch and head)."""
-    (i_b, i_h, i_bh, i_c, t, kmask, vv, vmask, ahat, bhat, khat, rhat, btil, ktil, cw, cwp, last, v, S, SA, Rb,
-     Rk) = _chunk_program(r_ptr, w_ptr, k_ptr, v_ptr, a_ptr, b_ptr, states, sa_ptr, L, H, K, V, VP, BK, BV, C,
-                          PRECISION)
-    o = (tl.dot(rhat, S, input_precision=PRECISION) + tl.dot(Rb, SA, input_precision=PRECISION)
-         + tl.dot(Rk, v, input_precision=PRECISION))
-    _put(o_ptr, o, i_b, i_h, t, vv, L, H, V, vmask)
-
-
-@triton.jit
-def _grad_states_kernel(r_ptr, w_ptr, k_ptr, a_ptr, b_ptr, do_ptr, t_ptr, dstates, L, H, K, V, VP,
+def _grad_states_kernel(r_ptr, w_ptr, k_ptr, a_ptr, b_ptr, do_ptr, t_ptr, dstates, dy_ptr, dv_ptr, L, H, K, V, VP,
                         BK: tl.constexpr, BV: tl.constexpr, C: tl.constexpr, PRECISION: tl.constexpr):
     """The chain through the chunks in reverse, one program per (block of BV value columns, batch and head): each
-    chunk's dL/dS_C ([B H, n_chunks, BK, VP]), from dS_0 = exp(cw_C) dS_C + r̂^T dO + â^T dY and
-    dY = T^T (Rb^T dO + b̃ dS_C)."""
+    chunk's dL/dS_C ([B H, n_chunks, BK, VP]) and dY = T^T (Rb^T dO + b̃ dS_C) ([B H, n_chunks, C, VP]), from
+    dS_0 = exp(cw_C) dS_C + r̂^T dO + â^T dY; and dV = Rk^T dO + k̃ dS_C + Ak^T dY, V's whole gradient."""
     i_v, i_bh = tl.program_id(0), tl.program_id(1)
     vv = i_v * BV + tl.arange(0, BV)
     n_chunks = tl.cdiv(L, C)
     dS = tl.zeros((BK, BV), dtype=tl.float32)  # none after the last chunk
     for j in range(n_chunks):
         i_c = n_chunks - 1 - j
-        tl.store(_state_ptrs(dstates, i_bh, n_chunks, i_c, vv, BK, VP), dS)
-        ahat, bhat, khat, rhat, btil, ktil, last, do, T = _chain_step(
-            r_ptr, w_ptr, k_ptr, a_ptr, b_ptr, do_ptr, t_ptr, i_bh, i_c, n_chunks, vv, L, H, K, V, BK, C)
+        tl.store(_chunk_ptrs(dstates, i_bh, n_chunks, i_c, tl.arange(0, BK), vv, BK, VP), dS)
+        ahat, bhat, rhat, btil, ktil, last, do, T, Rk, Ak, t, vmask = _chain_step(
+            r_ptr, w_ptr, k_ptr, a_ptr, b_ptr, do_ptr, t_ptr, i_bh, i_c, n_chunks, vv, L, H, K, V, BK, C, PRECISION)
         Rb = _lower(tl.dot(rhat, tl.trans(bhat), input_precision=PRECISION), C, False)
         dSA = tl.dot(tl.trans(Rb), do, input_precision=PRECISION) + tl.dot(btil, dS, input_precision=PRECISION)
         dY = tl.dot(tl.trans(T), dSA, input_precision=PRECISION)
+        tl.store(_chunk_ptrs(dy_ptr, i_bh, n_chunks, i_c, tl.arange(0, C), vv, C, VP), dY)
+        dv = (tl.dot(tl.trans(Rk), do, input_precision=PRECISION) + tl.dot(ktil, dS, input_precision=PRECISION)
+              + tl.dot(tl.trans(Ak), dY, input_precision=PRECISION))
+        _put(dv_ptr, dv, i_bh // H, i_bh % H, t, vv, L, H, V, vmask)
         dS = (tl.exp(last)[:, None] * dS + tl.dot(tl.trans(rhat), do, input_precision=PRECISION)
               + tl.dot(tl.trans(ahat), dY, input_precision=PRECISION))
 
 
 @triton.jit
-def _grads_kernel(r_ptr, w_ptr, k_ptr, v_ptr, a_ptr, b_ptr, do_ptr, states, dstates, t_ptr, sa_ptr,
-                  dr_ptr, dw_ptr, dk_ptr, dv_ptr, da_ptr, db_ptr, L, H, K, V, VP,
-                  BK: tl.constexpr, BV: tl.constexpr, C: tl.constexpr, PRECISION: tl.constexpr):
-    """Every gradient of chunk i_c from its S_0, dS_C, T and SA, one program per (chunk, batch and head), written
-    into contiguous tensors of the inputs' shapes."""
-    (i_b, i_h, i_bh, i_c, t, kmask, vv, vmask, ahat, bhat, khat, rhat, btil, ktil, cw, cwp, last, v, S, SA, Rb,
-     Rk) = _chunk_program(r_ptr, w_ptr, k_ptr, v_ptr, a_ptr, b_ptr, states, sa_ptr, L, H, K, V, VP, BK, BV, C,
-                          PRECISION)
+def _grads_kernel(r_ptr, w_ptr, k_ptr, v_ptr, a_ptr, b_ptr, do_ptr, states, dstates, sa_ptr, dy_ptr,
+                  dr_ptr, dw_ptr, dk_ptr, da_ptr, db_ptr, L, H, K, V, VP,
+                  BK: tl.constexpr, BKG: tl.constexpr, BV: tl.constexpr, C: tl.constexpr, PRECISION: tl.constexpr):
+    """The key side's gradients (r, w, k, a, b) of chunk i_c at key columns kk from its S_0, dS_C, SA and dY, one
+    program per (chunk, batch and head, block of BKG key columns; all of V, BV >= V): every product contracts over
+    V, or over the chunk's steps, never over K. Written into contiguous tensors of the inputs' shapes."""
+    i_c, i_bh, i_k = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    i_b, i_h = i_bh // H, i_bh % H
+    n_chunks = tl.num_programs(0)
+    kk = i_k * BKG + tl.arange(0, BKG)
+    vv = tl.arange(0, BV)
+    ahat, bhat, khat, rhat, btil, ktil, cw, cwp, last, t, kmask = _chunk_rows(
+        r_ptr, w_ptr, k_ptr, a_ptr, b_ptr, i_b, i_h, i_c, kk, L, H, K, C)
+    vmask = (t[:, None] < L) & (vv[None, :] < V)
+    v = _rows(v_ptr, i_b, i_h, t, vv, L, H, V, vmask)
     do = _rows(do_ptr, i_b, i_h, t, vv, L, H, V, vmask)
-    dS = tl.load(_state_ptrs(dstates, i_bh, tl.num_programs(0), i_c, vv, BK, VP))
-    T = tl.load(_state_ptrs(t_ptr, i_bh, tl.num_programs(0), i_c, tl.arange(0, C), C, C))
-    Ak = _lower(tl.dot(ahat, tl.trans(khat), input_precision=PRECISION), C, True)
-    # through S_C = diag(exp(cw_C)) S_0 + b̃^T SA + k̃^T V and O = r̂ S_0 + Rb SA + Rk V
-    dSA = tl.dot(tl.trans(Rb), do, input_precision=PRECISION) + tl.dot(btil, dS, input_precision=PRECISION)
+    tt = tl.arange(0, C)
+    SA = tl.load(_chunk_ptrs(sa_ptr, i_bh, n_chunks, i_c, tt, vv, C, VP))
+    dY = tl.load(_chunk_ptrs(dy_ptr, i_bh, n_chunks, i_c, tt, vv, C, VP))
+    S = tl.load(_chunk_ptrs(states, i_bh, n_chunks, i_c, kk, vv, BK, VP))
+    dS = tl.load(_chunk_ptrs(dstates, i_bh, n_chunks, i_c, kk, vv, BK, VP))
+    # the [C, C] matrices' gradients: Rb, Rk in O = r̂ S_0 + Rb SA + Rk V; A, Ak in Y = (A SA +) Ak V + â S_0
     dRb = _lower(tl.dot(do, tl.trans(SA), input_precision=PRECISION), C, False)
     dRk = _lower(tl.dot(do, tl.trans(v), input_precision=PRECISION), C, False)
-    dbtil = tl.dot(SA, tl.trans(dS), input_precision=PRECISION)
-    dktil = tl.dot(v, tl.trans(dS), input_precision=PRECISION)
-    # through SA = T Y, Y = Ak V + â S_0
-    dY = tl.dot(tl.trans(T), dSA, input_precision=PRECISION)
     dA = _lower(tl.dot(dY, tl.trans(SA), input_precision=PRECISION), C, True)
     dAk = _lower(tl.dot(dY, tl.trans(v), input_precision=PRECISION), C, True)
-    dv = (tl.dot(tl.trans(Rk), do, input_precision=PRECISION) + tl.dot(ktil, dS, input_precision=PRECISION)
-          + tl.dot(tl.trans(Ak), dY, input_precision=PRECISION))
-    # through A = â b̂^T, Ak = â k̂^T, Rb = r̂ b̂^T, Rk = r̂ k̂^T, and the S_0 terms of O and Y
+    # through S_C = diag(exp(cw_C)) S_0 + b̃^T SA + k̃^T V, then A = â b̂^T, Ak = â k̂^T, Rb = r̂ b̂^T, Rk = r̂ k̂^T
+    # and the S_0 terms of O and Y
+    dbtil = tl.dot(SA, tl.trans(dS), input_precision=PRECISION)
+    dktil = tl.dot(v, tl.trans(dS), input_precision=PRECISION)
     St = tl.trans(S)
     drhat = (tl.dot(do, St, input_precision=PRECISION) + tl.dot(dRb, bhat, input_precision=PRECISION)
              + tl.dot(dRk, khat, input_precision=PRECISION))
@@ -288,26 +276,26 @@ def _grads_kernel(r_ptr, w_ptr, k_ptr, v_ptr, a_ptr, b_ptr, do_ptr, states, dsta
     dw = tl.cumsum(dcw, axis=0, reverse=True) + tl.cumsum(ahat_d, axis=0, reverse=True) - ahat_d + dlast[None, :]
     back = tl.exp(-cw)
     tail = tl.exp(last[None, :] - cw)
-    kk = tl.arange(0, BK)
     _put(dr_ptr, drhat * tl.exp(cw), i_b, i_h, t, kk, L, H, K, kmask)
     _put(dw_ptr, dw, i_b, i_h, t, kk, L, H, K, kmask)
     _put(dk_ptr, dkhat * back + dktil * tail, i_b, i_h, t, kk, L, H, K, kmask)
     _put(da_ptr, dahat * tl.exp(cwp), i_b, i_h, t, kk, L, H, K, kmask)
     _put(db_ptr, dbhat * back + dbtil * tail, i_b, i_h, t, kk, L, H, K, kmask)
-    _put(dv_ptr, dv, i_b, i_h, t, vv, L, H, V, vmask)
 
 
 class Launch(NamedTuple):
     """How the kernels are launched: value columns per program of the two chains through the chunks (a power of
-    two, at least 16; the per-chunk kernels take all of V), warps per program of the chains and of O's kernel, the
-    matmuls' precision ("tf32" or "ieee"), T's precision ("ieee", or "tf32x3": three tf32 products, float32's
-    accuracy), and the warps of T's kernel and of the gradients' (None: the chains')."""
+    two, at least 16), warps per program of the chains, the matmuls' precision ("tf32" or "ieee"), T's precision
+    ("ieee", or "tf32x3": three tf32 products, float32's accuracy), the warps of T's kernel and of the key side's
+    gradients' (None: the chains'), and the key columns per program of the key side's gradients (a power of two, at
+    least 16; at most K padded)."""
     block_v: int = 64
     num_warps: int = 2
     precision: str = "tf32"
     inverse_precision: str = "tf32x3"
     intra_warps: int | None = 1
     grads_warps: int | None = 4
+    grads_block_k: int = 32
 
     def warps(self, field: str) -> int:
         """Warps of T's kernel ("intra_warps") or the gradients' ("grads_warps"): its own field, else the chains'."""
@@ -326,8 +314,10 @@ def check_launch(launch: Launch) -> None:
     if launch.inverse_precision not in ("ieee", "tf32x3"):
         raise ValueError(f"rwkv7_chunk: launch.inverse_precision {launch.inverse_precision!r}, expected 'ieee' or "
                          "'tf32x3'")
-    if not isinstance(launch.block_v, int) or launch.block_v < 16 or launch.block_v & (launch.block_v - 1):
-        raise ValueError(f"rwkv7_chunk: launch.block_v {launch.block_v!r}, expected a power of two >= 16")
+    for field in ("block_v", "grads_block_k"):
+        size = getattr(launch, field)
+        if not isinstance(size, int) or size < 16 or size & (size - 1):
+            raise ValueError(f"rwkv7_chunk: launch.{field} {size!r}, expected a power of two >= 16")
     for field in ("num_warps", "intra_warps", "grads_warps"):
         warps = getattr(launch, field)
         if warps is None and field != "num_warps":
@@ -337,10 +327,11 @@ def check_launch(launch: Launch) -> None:
                              + ("" if field == "num_warps" else " or None"))
 
 
-def _blocks(K: int, V: int, launch: Launch) -> tuple[int, int, int]:
-    """(BK, BV of the chains, VP): K and V padded to powers of two (at least 16, the matmuls' least size)."""
+def _blocks(K: int, V: int, launch: Launch) -> tuple[int, int, int, int]:
+    """(BK, BV of the chains, VP, key columns a gradient program): K and V padded to powers of two (at least 16, the
+    matmuls' least size)."""
     BK, VP = max(16, triton.next_power_of_2(K)), max(16, triton.next_power_of_2(V))
-    return BK, min(VP, launch.block_v), VP
+    return BK, min(VP, launch.block_v), VP, min(BK, launch.grads_block_k)
 
 
 class RWKV7ChunkFunction(torch.autograd.Function):
@@ -348,18 +339,16 @@ class RWKV7ChunkFunction(torch.autograd.Function):
     def forward(ctx, r, w, k, v, a, b, launch):
         Bsz, L, H, K = r.shape
         V = v.shape[-1]
-        BK, BV, VP = _blocks(K, V, launch)
+        BK, BV, VP, _ = _blocks(K, V, launch)
         n_chunks = triton.cdiv(L, CHUNK)
         T = torch.empty(Bsz * H, n_chunks, CHUNK, CHUNK, device=r.device, dtype=torch.float32)
         _intra_kernel[(n_chunks, Bsz * H)](r, w, k, a, b, T, L, H, K, BK=BK, C=CHUNK,
                                            PRECISION=launch.inverse_precision, num_warps=launch.warps("intra_warps"))
         states = torch.empty(Bsz * H, n_chunks, BK, VP, device=r.device, dtype=torch.float32)
         SA = torch.empty(Bsz * H, n_chunks, CHUNK, VP, device=r.device, dtype=torch.float32)
-        _states_kernel[(VP // BV, Bsz * H)](r, w, k, v, a, b, T, states, SA, L, H, K, V, VP, BK=BK, BV=BV, C=CHUNK,
-                                             PRECISION=launch.precision, num_warps=launch.num_warps)
         o = torch.empty(Bsz, L, H, V, device=r.device, dtype=torch.float32)
-        _output_kernel[(n_chunks, Bsz * H)](r, w, k, v, a, b, states, SA, o, L, H, K, V, VP, BK=BK, BV=VP, C=CHUNK,
-                                             PRECISION=launch.precision, num_warps=launch.num_warps)
+        _states_kernel[(VP // BV, Bsz * H)](r, w, k, v, a, b, T, states, SA, o, L, H, K, V, VP, BK=BK, BV=BV,
+                                             C=CHUNK, PRECISION=launch.precision, num_warps=launch.num_warps)
         ctx.save_for_backward(r, w, k, v, a, b, states, T, SA)
         ctx.launch = launch
         return o
@@ -370,16 +359,17 @@ class RWKV7ChunkFunction(torch.autograd.Function):
         launch = ctx.launch
         Bsz, L, H, K = r.shape
         V = v.shape[-1]
-        BK, BV, VP = _blocks(K, V, launch)
+        BK, BV, VP, BKG = _blocks(K, V, launch)
         n_chunks = triton.cdiv(L, CHUNK)
         kw = dict(C=CHUNK, PRECISION=launch.precision)
         do = do.contiguous()
-        dstates = torch.empty_like(states)
-        _grad_states_kernel[(VP // BV, Bsz * H)](r, w, k, a, b, do, T, dstates, L, H, K, V, VP, BK=BK, BV=BV,
-                                                 num_warps=launch.num_warps, **kw)
+        dstates, dY = torch.empty_like(states), torch.empty_like(SA)
         dr, dw, dk, dv, da, db = (torch.empty_like(x) for x in (r, w, k, v, a, b))
-        _grads_kernel[(n_chunks, Bsz * H)](r, w, k, v, a, b, do, states, dstates, T, SA, dr, dw, dk, dv, da, db,
-                                            L, H, K, V, VP, BK=BK, BV=VP, num_warps=launch.warps("grads_warps"), **kw)
+        _grad_states_kernel[(VP // BV, Bsz * H)](r, w, k, a, b, do, T, dstates, dY, dv, L, H, K, V, VP, BK=BK, BV=BV,
+                                                 num_warps=launch.num_warps, **kw)
+        _grads_kernel[(n_chunks, Bsz * H, BK // BKG)](r, w, k, v, a, b, do, states, dstates, SA, dY,
+                                                      dr, dw, dk, da, db, L, H, K, V, VP, BK=BK, BKG=BKG, BV=VP,
+                                                      num_warps=launch.warps("grads_warps"), **kw)
         return dr, dw, dk, dv, da, db, None
 
 

@@ -46,6 +46,14 @@ def test_chunks_match_naive(shape, w_low, w_high, block_v):
     assert_matches(got, want, rtol=1e-4, atol=1e-4)
 
 
+def test_key_blocks_match_naive():
+    """The key side's gradients by blocks of 16 key columns: K = 40 pads to 64, so four programs a chunk, the third
+    with 8 real columns and the fourth with none; V = 24 in two value blocks of the chains."""
+    got, want = chunk_against_naive((2, 19, 2, 40, 24), W_LAYER, -0.01,
+                                    launch=Launch(block_v=16, precision="ieee", grads_block_k=16))
+    assert_matches(got, want, rtol=1e-4, atol=1e-4)
+
+
 def test_the_inverse_in_float32_matches_naive():
     """T's products as "ieee" rather than the default "tf32x3" (the interpreter computes both in float32): the
     launch reaches the kernel, whose result holds."""
@@ -80,6 +88,7 @@ def test_rwkv7_dispatches_the_chunks_by_name_and_refuses_unbounded_decays():
 @pytest.mark.parametrize("launch, match", [(Launch(precision="fp16"), "launch.precision 'fp16'"),
                                            (Launch(block_v=24), "launch.block_v 24"),
                                            (Launch(block_v=8), "launch.block_v 8"),
+                                           (Launch(grads_block_k=8), "launch.grads_block_k 8"),
                                            (Launch(64, "tf32"), "launch.num_warps 'tf32'"),
                                            (Launch(inverse_precision="tf32"), "launch.inverse_precision 'tf32'"),
                                            (Launch(grads_warps=3), "launch.grads_warps 3"),
@@ -119,7 +128,8 @@ def test_chunks_match_naive_on_gpu(shape, block_v, precision, tol):
 @pytest.mark.gpu
 @pytest.mark.parametrize("launch", [
     LAUNCH, Launch(inverse_precision="ieee", intra_warps=4), Launch(num_warps=4, intra_warps=None, grads_warps=None),
-    Launch(num_warps=8, intra_warps=8, grads_warps=8), Launch(num_warps=1, intra_warps=2, grads_warps=2)], ids=str)
+    Launch(num_warps=8, intra_warps=8, grads_warps=8), Launch(num_warps=1, intra_warps=2, grads_warps=2),
+    Launch(grads_block_k=16), Launch(grads_block_k=64, grads_warps=8)], ids=str)
 def test_each_launch_matches_naive_on_gpu(launch):
     """The dispatcher's launch and others (each kernel's warps, T by three tf32 products) at the model's head size,
     within tf32's tolerance of the float32 recurrence."""
