@@ -290,12 +290,12 @@ class Launch(NamedTuple):
     gradients' (None: the chains'), and the key columns per program of the key side's gradients (a power of two, at
     least 16; at most K padded)."""
     block_v: int = 64
-    num_warps: int = 2
+    num_warps: int = 4
     precision: str = "tf32"
     inverse_precision: str = "tf32x3"
     intra_warps: int | None = 1
     grads_warps: int | None = 4
-    grads_block_k: int = 32
+    grads_block_k: int = 64
 
     def warps(self, field: str) -> int:
         """Warps of T's kernel ("intra_warps") or the gradients' ("grads_warps"): its own field, else the chains'."""
