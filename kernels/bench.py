@@ -27,6 +27,9 @@ timed from a CUDA graph of many calls as in a training step.
         128,512,512 --short-conv 256,256,384,3 --gated-long-conv 256,256,128 128,512,64 --cross-entropy 4096,8192 \
         --layer-norm 65536,128 --linear 65536,128,384 --softmax-attention 128,512,1,512 --embedding 256,256,128 \
         128,512,512 --sum-rows 1,176,384 2,528,128 1,1024,1536
+
+Those are the defaults: with no option every section runs. A section given empty ('' or no shape) is skipped, and
+once any section is given shapes only the sections given run (``--rwkv7 256,256,2,64``: RWKV-7's alone).
 """
 from __future__ import annotations
 
@@ -598,6 +601,10 @@ def embedding_rows(B, N, D):
                 lambda: torch.ops.aten.embedding_dense_backward(grad, ids, vocab, -1, False), calls=50)}
 
 
+# a section option's default before parsing: told apart from a value given on the command line
+NOT_GIVEN = object()
+
+
 def shape_of(names: str):
     """An argparse type: "1,2,3" -> (1, 2, 3), one positive int per comma-separated name in ``names``; "" -> None
     (the section is skipped). Anything else is an argparse error (exit 2) that names the expected form."""
@@ -612,49 +619,72 @@ def shape_of(names: str):
     return parse
 
 
-def main(argv: list[str] | None = None):
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The bench's options. Each section runs at its default shapes, except: one given empty ('' or no value) is
+    skipped, and once any section is given shapes, the sections not given are skipped too (``--rwkv7 256,256,2,64``
+    runs that section alone)."""
     parser = argparse.ArgumentParser(prog="python -m zoo.kernels.bench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--shapes", nargs="*", type=shape_of("B,H,T,D,window"),
-                        default=[(1, 16, 65536, 64, 512), (256, 2, 512, 64, 256)],
-                        help="attention shapes B,H,T,D,window")
-    parser.add_argument("--attention-blocks", nargs="*", type=shape_of("B,H,T,D,window"),
-                        default=[(256, 2, 512, 64, 256)],
-                        help="attention shapes B,H,T,D,window: each kernel of ours per launch (block sizes, warps, "
-                             "stages), the table's first")
-    parser.add_argument("--dtype", choices=sorted(DTYPES), default="bf16")
-    parser.add_argument("--scan", type=shape_of("T,H"), default=(65536, 64),
-                        help="preprocessing shape T,H (empty to skip)")
-    parser.add_argument("--recurrences", type=shape_of("B,T,H,K"), default=(128, 128, 2, 64),
-                        help="recurrence shape B,T,H,K (empty to skip)")
-    parser.add_argument("--rwkv7", nargs="*", type=shape_of("B,T,H,K"), default=[(256, 256, 2, 64)],
-                        help="RWKV-7 Triton recurrence shapes B,T,H,K (K = V = head size), every launch choice")
-    parser.add_argument("--selective-scan", nargs="*", type=shape_of("B,L,E,N"), default=[(256, 256, 256, 16)],
-                        help="Mamba selective scan shapes B,L,E,N (E = expand x d_model), every launch choice")
-    parser.add_argument("--ssd", nargs="*", type=shape_of("B,L,H,P,N"), default=[(256, 256, 4, 64, 128)],
-                        help="Mamba-2 SSD shapes B,L,H,P,N (heads, head dim, state size)")
-    parser.add_argument("--wkv4", nargs="*", type=shape_of("B,L,C"), default=[(256, 256, 128), (128, 512, 512)],
-                        help="RWKV-4 WKV shapes B,L,C (C = d_model), every launch choice")
-    parser.add_argument("--short-conv", nargs="*", type=shape_of("B,T,C,K"), default=[(256, 256, 384, 3)],
-                        help="depthwise causal conv shapes B,T,C,K")
-    parser.add_argument("--gated-long-conv", nargs="*", type=shape_of("B,L,D"),
-                        default=[(256, 256, 128), (128, 512, 64)],
-                        help="Hyena's gated long conv shapes B,L,D (D = d_model)")
-    parser.add_argument("--cross-entropy", nargs="*", type=shape_of("R,V"), default=[(4096, 8192)],
-                        help="training loss shapes R,V (labelled rows, vocabulary)")
-    parser.add_argument("--layer-norm", nargs="*", type=shape_of("R,N"), default=[(65536, 128)],
-                        help="residual stream shapes R,N (rows, d_model) of the norms and the fused residual add")
-    parser.add_argument("--softmax-attention", nargs="*", type=shape_of("B,N,H,D"),
-                        default=[(128, 512, 1, 512), (256, 256, 1, 256)],
-                        help="causal softmax attention shapes B,N,H,D: SDPA against the dense form")
-    parser.add_argument("--linear", nargs="*", type=shape_of("M,K,N"), default=[(65536, 128, 384)],
-                        help="biased projection shapes M,K,N (rows, in, out)")
-    parser.add_argument("--embedding", nargs="*", type=shape_of("B,N,D"), default=[(256, 256, 128), (128, 512, 512)],
-                        help="the embedding's weight gradient at B x N uniform ids, B,N,D (batch, length, d_model)")
-    parser.add_argument("--sum-rows", nargs="*", type=shape_of("G,P,N"),
-                        default=[(1, 176, 384), (2, 528, 128), (1, 1024, 1536)],
-                        help="partial sums [G, P, N] summed over P (groups, programs' rows, columns)")
+    defaults = {}
+
+    def section(flag, default, **kwargs):
+        defaults[parser.add_argument(flag, default=NOT_GIVEN, **kwargs).dest] = default
+
+    section("--shapes", nargs="*", type=shape_of("B,H,T,D,window"),
+            default=[(1, 16, 65536, 64, 512), (256, 2, 512, 64, 256)],
+            help="attention shapes B,H,T,D,window")
+    section("--attention-blocks", nargs="*", type=shape_of("B,H,T,D,window"),
+            default=[(256, 2, 512, 64, 256)],
+            help="attention shapes B,H,T,D,window: each kernel of ours per launch (block sizes, warps, "
+                 "stages), the table's first")
+    parser.add_argument("--dtype", choices=sorted(DTYPES), default="bf16")  # not a section
+    section("--scan", type=shape_of("T,H"), default=(65536, 64),
+            help="preprocessing shape T,H (empty to skip)")
+    section("--recurrences", type=shape_of("B,T,H,K"), default=(128, 128, 2, 64),
+            help="recurrence shape B,T,H,K (empty to skip)")
+    section("--rwkv7", nargs="*", type=shape_of("B,T,H,K"), default=[(256, 256, 2, 64)],
+            help="RWKV-7 Triton recurrence shapes B,T,H,K (K = V = head size), every launch choice")
+    section("--selective-scan", nargs="*", type=shape_of("B,L,E,N"), default=[(256, 256, 256, 16)],
+            help="Mamba selective scan shapes B,L,E,N (E = expand x d_model), every launch choice")
+    section("--ssd", nargs="*", type=shape_of("B,L,H,P,N"), default=[(256, 256, 4, 64, 128)],
+            help="Mamba-2 SSD shapes B,L,H,P,N (heads, head dim, state size)")
+    section("--wkv4", nargs="*", type=shape_of("B,L,C"), default=[(256, 256, 128), (128, 512, 512)],
+            help="RWKV-4 WKV shapes B,L,C (C = d_model), every launch choice")
+    section("--short-conv", nargs="*", type=shape_of("B,T,C,K"), default=[(256, 256, 384, 3)],
+            help="depthwise causal conv shapes B,T,C,K")
+    section("--gated-long-conv", nargs="*", type=shape_of("B,L,D"),
+            default=[(256, 256, 128), (128, 512, 64)],
+            help="Hyena's gated long conv shapes B,L,D (D = d_model)")
+    section("--cross-entropy", nargs="*", type=shape_of("R,V"), default=[(4096, 8192)],
+            help="training loss shapes R,V (labelled rows, vocabulary)")
+    section("--layer-norm", nargs="*", type=shape_of("R,N"), default=[(65536, 128)],
+            help="residual stream shapes R,N (rows, d_model) of the norms and the fused residual add")
+    section("--softmax-attention", nargs="*", type=shape_of("B,N,H,D"),
+            default=[(128, 512, 1, 512), (256, 256, 1, 256)],
+            help="causal softmax attention shapes B,N,H,D: SDPA against the dense form")
+    section("--linear", nargs="*", type=shape_of("M,K,N"), default=[(65536, 128, 384)],
+            help="biased projection shapes M,K,N (rows, in, out)")
+    section("--embedding", nargs="*", type=shape_of("B,N,D"), default=[(256, 256, 128), (128, 512, 512)],
+            help="the embedding's weight gradient at B x N uniform ids, B,N,D (batch, length, d_model)")
+    section("--sum-rows", nargs="*", type=shape_of("G,P,N"),
+            default=[(1, 176, 384), (2, 528, 128), (1, 1024, 1536)],
+            help="partial sums [G, P, N] summed over P (groups, programs' rows, columns)")
     args = parser.parse_args(argv)
+    given = {dest for dest in defaults if getattr(args, dest) is not NOT_GIVEN}
+    shaped = any(_has_shapes(getattr(args, dest)) for dest in given)
+    for dest, default in defaults.items():
+        if dest not in given:
+            setattr(args, dest, [] if shaped else default)
+    return args
+
+
+def _has_shapes(value) -> bool:
+    """Whether a section's parsed value names at least one shape (a list of them, or one)."""
+    return any(filter(None, value)) if isinstance(value, list) else value is not None
+
+
+def main(argv: list[str] | None = None):
+    args = parse_args(argv)
     if not torch.cuda.is_available():
         raise SystemExit("zoo.kernels.bench needs a CUDA GPU")
     print(f"GPU: {torch.cuda.get_device_name()}  torch {torch.__version__}  dtype {args.dtype}")

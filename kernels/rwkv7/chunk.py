@@ -43,26 +43,24 @@ Matmuls run in tf32 on the GPU by default (``Launch.precision``; "ieee" for full
 accuracy: "tf32x3" (three tf32 products a product) by default, "ieee" (float32 FMAs) on request. The interpreter
 (CPU tests) computes every matmul in float32.
 
-Measured on an H200 (torch 2.11, Triton 3.6, bf16 inputs, H=2, K=V=64, w in the layer's range; ``do_bench`` in one
-process), forward / forward + backward in ms, the launch's value columns and warps (then one warp count for all
-five kernels, and T in "ieee"):
+History, measured (``results/SPEED.md`` has each session's numbers). On an H200 (B=256, L=256, H=2, K=V=64, bf16
+inputs, ``do_bench`` in one process), the first five-kernel version (T, both chains, O, and one gradient kernel
+doing every gradient of a chunk) took 1.130 ms forward + backward against the fused recurrence's 2.688, and a
+single walk per (value block, batch, head) doing all of a chunk's work 1.308. On an H100 80GB, with each kernel on
+its own launch (b88a582), forward / forward + backward 0.291 / 0.990 ms; there the one gradient kernel was 0.647 ms
+a call, the largest piece, holding S_0 and dS_C beside a dozen [C, K] and [C, V] tiles.
 
-    B=256, L=256:  64 cols, 4 warps (the default) 0.354 / 1.130;  2 warps 0.344 / 1.239;  8 warps 0.535 / 1.495;
-                   32 cols 0.428 / 1.274;  16 cols 0.608 / 1.678;  "ieee" 0.982 / 3.559;  fused recurrence 0.511 / 2.688
-    B=128, L=512:  the default 0.355 / 1.141;  fused recurrence 0.501 / 2.704
-
-A single walk per (value block, batch, head) doing all of a chunk's work, T and SA kept (the kernels before these
-five), took 0.300 / 1.308 at B=256, L=256 (3.559 -> 6.475 in "ieee"); fewer columns a program were slower there
-too. In the figure-2 training step (profiled, CUDA graphs) the per-chunk gradient kernel is the largest of the
-five, 0.63 ms a call, then the two chains (0.15 and 0.16), T (0.125) and O (0.097).
-
-Each kernel alone, on an H100 80GB at B=256, L=256 (a probe script of ``do_bench`` in one process, not committed;
-ms, by warps): T in "ieee" 0.091 (1 warp), 0.129 (2), 0.126 (4), 0.203 (8); in "tf32x3" 0.055, 0.061, 0.098,
-0.197, within 1.5e-7 of "ieee" at 4 warps. The chain forward 0.146, 0.145, 0.235 (2, 4, 8 warps); in reverse
-0.127, 0.162, 0.244. O 0.119, 0.117, 0.116, 0.115 (1 to 8). The gradients 0.966 (2), 0.647 (4), 0.737 (8); a
-variant storing each gradient as soon as it was complete, to shorten the tiles' lives, took 0.706 at 4 warps and
-was not kept. Hence ``Launch``'s defaults: T in "tf32x3" on one warp, the chains and O on two, the gradients on four
-(before: four warps and T in "ieee" everywhere).
+Hence the split above, each kernel alone on that H100 (ms, by warps 1 / 2 / 4 / 8; b88a582's kernels and T were
+probed the session before, on another H100): the forward chain with O at 64
+value columns 0.389 / 0.299 / 0.175 / 0.277 (b88a582: chain 0.145 and O 0.116); the reverse chain with dV 0.442 /
+0.381 / 0.199 / 0.301 (b88a582: 0.127, without dV); the key side's gradients at 64 key columns 1.781 / 0.685 /
+0.457 / 0.576, at 32 columns 0.857 / 0.485 / 0.573 / 1.004, at 16 columns 0.721 / 0.882 / 1.284 / 2.279 (b88a582's
+gradient kernel, with V's side: 0.647 at 4 warps). 32 value columns a chain were slower at 4 warps (0.261, 0.289).
+T (unchanged): 0.055 in "tf32x3" on one warp (0.091 in "ieee"; 0.126 at 4 warps), within 1.5e-7 of "ieee". Hence ``Launch``'s
+defaults: T in "tf32x3" on one warp, the chains on four, the key side's gradients over all 64 key columns on four.
+The sum of these kernels' times is 0.886 ms against b88a582's 0.990 measured whole. At the chains' former two
+warps and 32 key columns a gradient program the whole measured 0.343 / 1.288 ms (the kernels' sum 1.308); the whole
+at the defaults above was not measured (no machine came for it), nor was their training step.
 """
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 and the expected form."""
 import pytest
 
-from zoo.kernels.bench import main
+from zoo.kernels.bench import main, parse_args
 
 
 @pytest.mark.parametrize("argv, option, form", [(["--recurrences", "128,128,2"], "--recurrences", "B,T,H,K"),
@@ -26,3 +26,14 @@ def test_a_malformed_shape_exits_2_naming_the_option(argv, option, form, capsys)
     assert exit_.value.code == 2
     err = capsys.readouterr().err
     assert f"argument {option}" in err and f"expected {form} as positive integers" in err
+
+
+def test_sections_given_shapes_run_alone_and_empty_ones_are_skipped():
+    everything = parse_args([])
+    assert everything.rwkv7 == [(256, 256, 2, 64)] and everything.scan == (65536, 64) and everything.shapes
+    alone = parse_args(["--rwkv7", "128,512,2,64"])
+    assert alone.rwkv7 == [(128, 512, 2, 64)]
+    assert alone.shapes == [] and not alone.scan and not alone.recurrences and alone.sum_rows == []
+    skipped = parse_args(["--scan", "", "--shapes"])
+    assert skipped.scan is None and skipped.shapes == []
+    assert skipped.rwkv7 == [(256, 256, 2, 64)] and skipped.recurrences == (128, 128, 2, 64)
