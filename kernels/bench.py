@@ -9,7 +9,7 @@ eager and compiled PyTorch, in GB/s next to a device-to-device copy. Then the li
 ungated delta rule, RWKV-7), forward+backward in float32 on every backend of their entries: the PyTorch
 recurrence, the chunked PyTorch form, fla's kernels where they work, and our Triton kernel where there is one
 (RWKV-7). Then RWKV-7's Triton recurrence for every launch choice (value columns per program, warps) next to the
-chunked form, in bf16; Mamba's selective scan for every launch choice (channels per program, warps, pipelining
+chunked form, in bf16, and its chunked kernels each alone at several launches; Mamba's selective scan for every launch choice (channels per program, warps, pipelining
 stages) next to mamba-ssm's ``selective_scan_fn`` where it imports; Mamba-2's SSD in our Triton kernels for a few
 launch choices next to the chunked form (compiled and eager) and mamba-ssm's ``mamba_chunk_scan_combined`` where it
 imports; RWKV-4's WKV for every launch choice next to fla's ``fused_recurrent_rwkv4``; the depthwise causal short
@@ -22,8 +22,8 @@ column sums' last step (``sum_rows`` of the per-program partial sums) against Py
 timed from a CUDA graph of many calls as in a training step.
 
     python -m zoo.kernels.bench --shapes 1,16,65536,64,512 256,2,512,64,256 --attention-blocks 256,2,512,64,256 \
-        --dtype bf16 --recurrences 128,128,2,64 \
-        --rwkv7 256,256,2,64 128,512,2,64 --selective-scan 256,256,256,16 --ssd 256,256,4,64,128 --wkv4 256,256,128 \
+        --dtype bf16 --recurrences 128,128,2,64 --rwkv7 256,256,2,64 128,512,2,64 --rwkv7-kernels 256,256,2,64 \
+        --selective-scan 256,256,256,16 --ssd 256,256,4,64,128 --wkv4 256,256,128 \
         128,512,512 --short-conv 256,256,384,3 --gated-long-conv 256,256,128 128,512,64 --cross-entropy 4096,8192 \
         --layer-norm 65536,128 --linear 65536,128,384 --softmax-attention 128,512,1,512 --embedding 256,256,128 \
         128,512,512 --sum-rows 1,176,384 2,528,128 1,1024,1536
@@ -53,6 +53,7 @@ from zoo.kernels.gatedfwa.attention import KERNELS as ATTENTION_KERNELS, Blocks,
 from zoo.kernels.gatedfwa.naive import gate_cumsum_ref
 from zoo.kernels.long_conv import gated_long_conv
 from zoo.kernels.partial_sums import sum_rows
+from zoo.kernels.rwkv7 import chunk as rwkv7_chunks
 from zoo.kernels.rwkv7.chunk import Launch as Rwkv7ChunkLaunch, rwkv7_chunk
 from zoo.kernels.rwkv7.fused_recurrent import Launch as Rwkv7Launch, rwkv7_fused
 from zoo.kernels.stored_states import STATES as STORED_STATES
@@ -319,6 +320,48 @@ def rwkv7_rows(B, T, H, K):
     rows["chunked PyTorch form"] = timed_pair(lambda: rwkv7_op.rwkv7(*leaves, backend="chunked"), grad, leaves)
     for launch in RWKV7_CHUNK_LAUNCHES:
         rows[chunk_launch_name(launch)] = timed_pair(lambda: rwkv7_chunk(*leaves, launch=launch), grad, leaves)
+    return rows
+
+
+# each chunked kernel alone: T's precision and warps; the chains' value columns and warps; the key side's gradients'
+# key columns and warps
+RWKV7_KERNEL_LAUNCHES = {
+    "T": [Rwkv7ChunkLaunch(inverse_precision=precision, intra_warps=warps)
+          for precision in ("tf32x3", "ieee") for warps in (1, 2, 4)],
+    "chain forward + O": [Rwkv7ChunkLaunch(block_v, warps) for block_v, warps in
+                          ((64, 1), (64, 2), (64, 4), (64, 8), (32, 2), (32, 4))],
+    "chain reverse + dV": [Rwkv7ChunkLaunch(block_v, warps) for block_v, warps in
+                           ((64, 1), (64, 2), (64, 4), (64, 8), (32, 2), (32, 4))],
+    "key side's grads": [Rwkv7ChunkLaunch(grads_block_k=block_k, grads_warps=warps)
+                         for block_k in (16, 32, 64) for warps in (1, 2, 4, 8)],
+}
+
+
+def rwkv7_kernel_rows(B, T, H, K):
+    """{(kernel, launch in words): ms} of each chunked RWKV-7 kernel alone (``zoo.kernels.rwkv7.chunk``'s one
+    function per kernel), on the buffers the default launch makes; bf16 inputs (``rwkv7_gates``), float32 dO."""
+    dev = "cuda"
+    torch.manual_seed(0)
+    r, k, v = (torch.randn(B, T, H, K, device=dev).to(torch.bfloat16) for _ in range(3))
+    w, a, b = (x.detach() for x in rwkv7_gates(B, T, H, K, torch.bfloat16))
+    do = torch.randn(B, T, H, K, device=dev)
+    xs = (r, w, k, v, a, b)
+    inverses = rwkv7_chunks.chunk_inverses(*xs)
+    _, states, SA = rwkv7_chunks.forward_chain(*xs, inverses)
+    _, dstates, dY = rwkv7_chunks.reverse_chain(*xs, do, inverses)
+    calls = {"T": lambda launch: rwkv7_chunks.chunk_inverses(*xs, launch),
+             "chain forward + O": lambda launch: rwkv7_chunks.forward_chain(*xs, inverses, launch),
+             "chain reverse + dV": lambda launch: rwkv7_chunks.reverse_chain(*xs, do, inverses, launch),
+             "key side's grads": lambda launch: rwkv7_chunks.key_grads(*xs, do, states, dstates, SA, dY, launch)}
+    words = {"T": lambda launch: f"{launch.inverse_precision}, {launch.warps('intra_warps')} warps",
+             "chain forward + O": lambda launch: f"{launch.block_v} columns, {launch.num_warps} warps",
+             "chain reverse + dV": lambda launch: f"{launch.block_v} columns, {launch.num_warps} warps",
+             "key side's grads": lambda launch: f"{launch.grads_block_k} keys, {launch.warps('grads_warps')} warps"}
+    rows = {}
+    for kernel, launches in RWKV7_KERNEL_LAUNCHES.items():
+        for launch in launches:
+            name = words[kernel](launch) + (" (default)" if launch == rwkv7_chunks.LAUNCH else "")
+            rows[kernel, name] = timed(lambda: calls[kernel](launch))
     return rows
 
 
@@ -644,6 +687,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             help="recurrence shape B,T,H,K (empty to skip)")
     section("--rwkv7", nargs="*", type=shape_of("B,T,H,K"), default=[(256, 256, 2, 64)],
             help="RWKV-7 Triton recurrence shapes B,T,H,K (K = V = head size), every launch choice")
+    section("--rwkv7-kernels", nargs="*", type=shape_of("B,T,H,K"), default=[(256, 256, 2, 64)],
+            help="RWKV-7's chunked Triton kernels each alone, B,T,H,K (K = V = head size), several launches each")
     section("--selective-scan", nargs="*", type=shape_of("B,L,E,N"), default=[(256, 256, 256, 16)],
             help="Mamba selective scan shapes B,L,E,N (E = expand x d_model), every launch choice")
     section("--ssd", nargs="*", type=shape_of("B,L,H,P,N"), default=[(256, 256, 4, 64, 128)],
@@ -721,6 +766,10 @@ def main(argv: list[str] | None = None):
     for B, T, H, K in filter(None, args.rwkv7):
         print(f"\nRWKV-7 recurrence, B={B} T={T} H={H} K=V={K}, bf16 inputs")
         print_pairs(rwkv7_rows(B, T, H, K))
+    for B, T, H, K in filter(None, args.rwkv7_kernels):
+        print(f"\nRWKV-7 chunked kernels each alone, B={B} T={T} H={H} K=V={K}, bf16 inputs, ms")
+        for (kernel, name), ms in rwkv7_kernel_rows(B, T, H, K).items():
+            print(f"{kernel:20s} {name:36s} {ms:9.3f}")
     for Bt, L, E, N in filter(None, args.selective_scan):
         print(f"\nselective scan, B={Bt} L={L} E={E} N={N}, bf16 inputs, D, z, dt bias, softplus")
         print_pairs(selective_scan_rows(Bt, L, E, N))

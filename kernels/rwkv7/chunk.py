@@ -51,16 +51,16 @@ its own launch (b88a582), forward / forward + backward 0.291 / 0.990 ms; there t
 a call, the largest piece, holding S_0 and dS_C beside a dozen [C, K] and [C, V] tiles.
 
 Hence the split above, each kernel alone on that H100 (ms, by warps 1 / 2 / 4 / 8; b88a582's kernels and T were
-probed the session before, on another H100): the forward chain with O at 64
-value columns 0.389 / 0.299 / 0.175 / 0.277 (b88a582: chain 0.145 and O 0.116); the reverse chain with dV 0.442 /
-0.381 / 0.199 / 0.301 (b88a582: 0.127, without dV); the key side's gradients at 64 key columns 1.781 / 0.685 /
-0.457 / 0.576, at 32 columns 0.857 / 0.485 / 0.573 / 1.004, at 16 columns 0.721 / 0.882 / 1.284 / 2.279 (b88a582's
-gradient kernel, with V's side: 0.647 at 4 warps). 32 value columns a chain were slower at 4 warps (0.261, 0.289).
-T (unchanged): 0.055 in "tf32x3" on one warp (0.091 in "ieee"; 0.126 at 4 warps), within 1.5e-7 of "ieee". Hence ``Launch``'s
-defaults: T in "tf32x3" on one warp, the chains on four, the key side's gradients over all 64 key columns on four.
-The sum of these kernels' times is 0.886 ms against b88a582's 0.990 measured whole. At the chains' former two
-warps and 32 key columns a gradient program the whole measured 0.343 / 1.288 ms (the kernels' sum 1.308); the whole
-at the defaults above was not measured (no machine came for it), nor was their training step.
+probed the session before, on another H100): the forward chain with O at 64 value columns 0.389 / 0.299 / 0.175 /
+0.277 (b88a582: chain 0.145 and O 0.116); the reverse chain with dV 0.442 / 0.381 / 0.199 / 0.301 (b88a582: 0.127,
+without dV); the key side's gradients at 64 key columns 1.781 / 0.685 / 0.457 / 0.576, at 32 columns 0.857 / 0.485 /
+0.573 / 1.004, at 16 columns 0.721 / 0.882 / 1.284 / 2.279 (b88a582's gradient kernel, with V's side: 0.647 at 4
+warps). At 32 value columns the chains took 0.236 and 0.225 on 2 warps, 0.261 and 0.289 on 4. T (unchanged): 0.055
+in "tf32x3" on one warp (0.091 in "ieee"; 0.126 at 4 warps), within 1.5e-7 of "ieee". Hence ``Launch``'s defaults: T
+in "tf32x3" on one warp, the chains on four, the key side's gradients over all 64 key columns on four. The sum of
+these kernels' times is 0.886 ms against b88a582's 0.990 measured whole. At the chains' former two warps and 32 key
+columns a gradient program the whole measured 0.343 / 1.288 ms (the kernels' sum 1.308); the whole at the defaults
+above was not measured (no machine came for it), nor was their training step.
 """
 from __future__ import annotations
 
@@ -332,21 +332,64 @@ def _blocks(K: int, V: int, launch: Launch) -> tuple[int, int, int, int]:
     return BK, min(VP, launch.block_v), VP, min(BK, launch.grads_block_k)
 
 
+def _sizes(r: torch.Tensor, v: torch.Tensor, launch: Launch):
+    """(B, L, H, K, V, n_chunks) of (B, L, H, K) r and (B, L, H, V) v, and ``_blocks``' four sizes."""
+    Bsz, L, H, K = r.shape
+    V = v.shape[-1]
+    return (Bsz, L, H, K, V, triton.cdiv(L, CHUNK)), _blocks(K, V, launch)
+
+
+# One function per kernel: the autograd Function runs them in order, and the kernel bench times each alone. Inputs
+# contiguous, as ``rwkv7_chunk`` makes them.
+
+def chunk_inverses(r, w, k, v, a, b, launch: Launch = LAUNCH) -> torch.Tensor:
+    """T of every chunk: [B H, n_chunks, C, C] float32."""
+    (Bsz, L, H, K, V, n_chunks), (BK, BV, VP, BKG) = _sizes(r, v, launch)
+    T = torch.empty(Bsz * H, n_chunks, CHUNK, CHUNK, device=r.device, dtype=torch.float32)
+    _intra_kernel[(n_chunks, Bsz * H)](r, w, k, a, b, T, L, H, K, BK=BK, C=CHUNK, PRECISION=launch.inverse_precision,
+                                       num_warps=launch.warps("intra_warps"))
+    return T
+
+
+def forward_chain(r, w, k, v, a, b, T, launch: Launch = LAUNCH) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The chain through the chunks: (o (B, L, H, V) float32, each chunk's S_0 [B H, n_chunks, BK, VP] and SA
+    [B H, n_chunks, C, VP])."""
+    (Bsz, L, H, K, V, n_chunks), (BK, BV, VP, BKG) = _sizes(r, v, launch)
+    states = torch.empty(Bsz * H, n_chunks, BK, VP, device=r.device, dtype=torch.float32)
+    SA = torch.empty(Bsz * H, n_chunks, CHUNK, VP, device=r.device, dtype=torch.float32)
+    o = torch.empty(Bsz, L, H, V, device=r.device, dtype=torch.float32)
+    _states_kernel[(VP // BV, Bsz * H)](r, w, k, v, a, b, T, states, SA, o, L, H, K, V, VP, BK=BK, BV=BV, C=CHUNK,
+                                         PRECISION=launch.precision, num_warps=launch.num_warps)
+    return o, states, SA
+
+
+def reverse_chain(r, w, k, v, a, b, do, T, launch: Launch = LAUNCH) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The chain through the chunks in reverse: (dv in v's dtype, each chunk's dS_C [B H, n_chunks, BK, VP] and dY
+    [B H, n_chunks, C, VP])."""
+    (Bsz, L, H, K, V, n_chunks), (BK, BV, VP, BKG) = _sizes(r, v, launch)
+    dstates = torch.empty(Bsz * H, n_chunks, BK, VP, device=r.device, dtype=torch.float32)
+    dY = torch.empty(Bsz * H, n_chunks, CHUNK, VP, device=r.device, dtype=torch.float32)
+    dv = torch.empty_like(v)
+    _grad_states_kernel[(VP // BV, Bsz * H)](r, w, k, a, b, do, T, dstates, dY, dv, L, H, K, V, VP, BK=BK, BV=BV,
+                                             C=CHUNK, PRECISION=launch.precision, num_warps=launch.num_warps)
+    return dv, dstates, dY
+
+
+def key_grads(r, w, k, v, a, b, do, states, dstates, SA, dY, launch: Launch = LAUNCH) -> tuple[torch.Tensor, ...]:
+    """The key side's gradients (dr, dw, dk, da, db), each in its input's dtype."""
+    (Bsz, L, H, K, V, n_chunks), (BK, BV, VP, BKG) = _sizes(r, v, launch)
+    dr, dw, dk, da, db = (torch.empty_like(x) for x in (r, w, k, a, b))
+    _grads_kernel[(n_chunks, Bsz * H, BK // BKG)](r, w, k, v, a, b, do, states, dstates, SA, dY, dr, dw, dk, da, db,
+                                                  L, H, K, V, VP, BK=BK, BKG=BKG, BV=VP, C=CHUNK,
+                                                  PRECISION=launch.precision, num_warps=launch.warps("grads_warps"))
+    return dr, dw, dk, da, db
+
+
 class RWKV7ChunkFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, r, w, k, v, a, b, launch):
-        Bsz, L, H, K = r.shape
-        V = v.shape[-1]
-        BK, BV, VP, _ = _blocks(K, V, launch)
-        n_chunks = triton.cdiv(L, CHUNK)
-        T = torch.empty(Bsz * H, n_chunks, CHUNK, CHUNK, device=r.device, dtype=torch.float32)
-        _intra_kernel[(n_chunks, Bsz * H)](r, w, k, a, b, T, L, H, K, BK=BK, C=CHUNK,
-                                           PRECISION=launch.inverse_precision, num_warps=launch.warps("intra_warps"))
-        states = torch.empty(Bsz * H, n_chunks, BK, VP, device=r.device, dtype=torch.float32)
-        SA = torch.empty(Bsz * H, n_chunks, CHUNK, VP, device=r.device, dtype=torch.float32)
-        o = torch.empty(Bsz, L, H, V, device=r.device, dtype=torch.float32)
-        _states_kernel[(VP // BV, Bsz * H)](r, w, k, v, a, b, T, states, SA, o, L, H, K, V, VP, BK=BK, BV=BV,
-                                             C=CHUNK, PRECISION=launch.precision, num_warps=launch.num_warps)
+        T = chunk_inverses(r, w, k, v, a, b, launch)
+        o, states, SA = forward_chain(r, w, k, v, a, b, T, launch)
         ctx.save_for_backward(r, w, k, v, a, b, states, T, SA)
         ctx.launch = launch
         return o
@@ -354,20 +397,9 @@ class RWKV7ChunkFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, do):
         r, w, k, v, a, b, states, T, SA = ctx.saved_tensors
-        launch = ctx.launch
-        Bsz, L, H, K = r.shape
-        V = v.shape[-1]
-        BK, BV, VP, BKG = _blocks(K, V, launch)
-        n_chunks = triton.cdiv(L, CHUNK)
-        kw = dict(C=CHUNK, PRECISION=launch.precision)
         do = do.contiguous()
-        dstates, dY = torch.empty_like(states), torch.empty_like(SA)
-        dr, dw, dk, dv, da, db = (torch.empty_like(x) for x in (r, w, k, v, a, b))
-        _grad_states_kernel[(VP // BV, Bsz * H)](r, w, k, a, b, do, T, dstates, dY, dv, L, H, K, V, VP, BK=BK, BV=BV,
-                                                 num_warps=launch.num_warps, **kw)
-        _grads_kernel[(n_chunks, Bsz * H, BK // BKG)](r, w, k, v, a, b, do, states, dstates, SA, dY,
-                                                      dr, dw, dk, da, db, L, H, K, V, VP, BK=BK, BKG=BKG, BV=VP,
-                                                      num_warps=launch.warps("grads_warps"), **kw)
+        dv, dstates, dY = reverse_chain(r, w, k, v, a, b, do, T, ctx.launch)
+        dr, dw, dk, da, db = key_grads(r, w, k, v, a, b, do, states, dstates, SA, dY, ctx.launch)
         return dr, dw, dk, dv, da, db, None
 
 

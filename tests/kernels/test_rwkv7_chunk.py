@@ -7,7 +7,7 @@ import torch
 
 from zoo.kernels import backend
 from zoo.kernels.rwkv7 import rwkv7
-from zoo.kernels.bench import RWKV7_CHUNK_LAUNCHES, RWKV7_W_MIN
+from zoo.kernels.bench import RWKV7_CHUNK_LAUNCHES, RWKV7_KERNEL_LAUNCHES, RWKV7_W_MIN
 from zoo.kernels.rwkv7.chunk import CHUNK, LAUNCH, MAX_EXPONENT, Launch, check_launch, fits, rwkv7_chunk
 from zoo.kernels.rwkv7.naive import rwkv7_naive, rwkv7_recurrence
 from zoo.mixers.rwkv7 import W_SCALE
@@ -102,6 +102,10 @@ def test_the_kernel_bench_times_valid_launches_at_the_layers_bound():
     for launch in RWKV7_CHUNK_LAUNCHES:
         check_launch(launch)
     assert RWKV7_W_MIN == W_LAYER and fits(RWKV7_W_MIN)
+    for kernel, launches in RWKV7_KERNEL_LAUNCHES.items():  # each kernel alone: the default among its rows
+        for launch in launches:
+            check_launch(launch)
+        assert LAUNCH in launches, kernel
 
 
 def assert_within(got, want, tol, what):
