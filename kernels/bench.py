@@ -9,17 +9,17 @@ eager and compiled PyTorch, in GB/s next to a device-to-device copy. Then the li
 ungated delta rule, RWKV-7), forward+backward in float32 on every backend of their entries: the PyTorch
 recurrence, the chunked PyTorch form, fla's kernels where they work, and our Triton kernel where there is one
 (RWKV-7). Then RWKV-7's Triton recurrence for every launch choice (value columns per program, warps) next to the
-chunked form, in bf16, and its chunked kernels each alone at several launches; Mamba's selective scan for every launch choice (channels per program, warps, pipelining
-stages) next to mamba-ssm's ``selective_scan_fn`` where it imports; Mamba-2's SSD in our Triton kernels for a few
-launch choices next to the chunked form (compiled and eager) and mamba-ssm's ``mamba_chunk_scan_combined`` where it
-imports; RWKV-4's WKV for every launch choice next to fla's ``fused_recurrent_rwkv4``; the depthwise causal short
-conv against PyTorch's grouped conv1d, Hyena's gated long conv fused around its FFTs against the unfused
-composition, and the training loss (cross-entropy over the vocabulary at the labelled rows) against PyTorch's and
-fla's fused one, the residual stream's LayerNorm and the residual add fused into it against PyTorch's, causal
-softmax attention past the fused kernels' head dims (the dense form) against SDPA, a biased projection (its bias
-gradient a Triton column sum) against ``F.linear``, the embedding's weight gradient against PyTorch's, and the
-column sums' last step (``sum_rows`` of the per-program partial sums) against PyTorch's ``sum``, these two
-timed from a CUDA graph of many calls as in a training step.
+chunked form, in bf16, and its chunked kernels each alone at several launches; Mamba's selective scan for every
+launch choice (channels per program, warps, pipelining stages) next to mamba-ssm's ``selective_scan_fn`` where it
+imports; Mamba-2's SSD in our Triton kernels for a few launch choices next to the chunked form (compiled and eager)
+and mamba-ssm's ``mamba_chunk_scan_combined`` where it imports; RWKV-4's WKV for every launch choice next to fla's
+``fused_recurrent_rwkv4``; the depthwise causal short conv against PyTorch's grouped conv1d, Hyena's gated long conv
+fused around its FFTs against the unfused composition, and the training loss (cross-entropy over the vocabulary at
+the labelled rows) against PyTorch's and fla's fused one, the residual stream's LayerNorm and the residual add fused
+into it against PyTorch's, causal softmax attention past the fused kernels' head dims (the dense form) against SDPA,
+a biased projection (its bias gradient a Triton column sum) against ``F.linear``, the embedding's weight gradient
+against PyTorch's, and the column sums' last step (``sum_rows`` of the per-program partial sums) against PyTorch's
+``sum``, these two timed from a CUDA graph of many calls as in a training step.
 
     python -m zoo.kernels.bench --shapes 1,16,65536,64,512 256,2,512,64,256 --attention-blocks 256,2,512,64,256 \
         --dtype bf16 --recurrences 128,128,2,64 --rwkv7 256,256,2,64 128,512,2,64 --rwkv7-kernels 256,256,2,64 \
@@ -323,15 +323,15 @@ def rwkv7_rows(B, T, H, K):
     return rows
 
 
-# each chunked kernel alone: T's precision and warps; the chains' value columns and warps; the key side's gradients'
-# key columns and warps
+# each chunked kernel alone: T's precision and warps; the chains' value columns and warps (both chains the same
+# launches); the key side's gradients' key columns and warps
+RWKV7_CHAIN_LAUNCHES = [Rwkv7ChunkLaunch(block_v, warps)
+                        for block_v, warps in ((64, 1), (64, 2), (64, 4), (64, 8), (32, 2), (32, 4))]
 RWKV7_KERNEL_LAUNCHES = {
     "T": [Rwkv7ChunkLaunch(inverse_precision=precision, intra_warps=warps)
           for precision in ("tf32x3", "ieee") for warps in (1, 2, 4)],
-    "chain forward + O": [Rwkv7ChunkLaunch(block_v, warps) for block_v, warps in
-                          ((64, 1), (64, 2), (64, 4), (64, 8), (32, 2), (32, 4))],
-    "chain reverse + dV": [Rwkv7ChunkLaunch(block_v, warps) for block_v, warps in
-                           ((64, 1), (64, 2), (64, 4), (64, 8), (32, 2), (32, 4))],
+    "chain forward + O": RWKV7_CHAIN_LAUNCHES,
+    "chain reverse + dV": RWKV7_CHAIN_LAUNCHES,
     "key side's grads": [Rwkv7ChunkLaunch(grads_block_k=block_k, grads_warps=warps)
                          for block_k in (16, 32, 64) for warps in (1, 2, 4, 8)],
 }
@@ -353,9 +353,11 @@ def rwkv7_kernel_rows(B, T, H, K):
              "chain forward + O": lambda launch: rwkv7_chunks.forward_chain(*xs, inverses, launch),
              "chain reverse + dV": lambda launch: rwkv7_chunks.reverse_chain(*xs, do, inverses, launch),
              "key side's grads": lambda launch: rwkv7_chunks.key_grads(*xs, do, states, dstates, SA, dY, launch)}
+    def chain_words(launch):
+        return f"{launch.block_v} columns, {launch.num_warps} warps"
+
     words = {"T": lambda launch: f"{launch.inverse_precision}, {launch.warps('intra_warps')} warps",
-             "chain forward + O": lambda launch: f"{launch.block_v} columns, {launch.num_warps} warps",
-             "chain reverse + dV": lambda launch: f"{launch.block_v} columns, {launch.num_warps} warps",
+             "chain forward + O": chain_words, "chain reverse + dV": chain_words,
              "key side's grads": lambda launch: f"{launch.grads_block_k} keys, {launch.warps('grads_warps')} warps"}
     rows = {}
     for kernel, launches in RWKV7_KERNEL_LAUNCHES.items():

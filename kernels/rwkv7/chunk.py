@@ -160,8 +160,8 @@ def _intra_kernel(r_ptr, w_ptr, k_ptr, a_ptr, b_ptr, t_ptr, L, H, K, BK: tl.cons
 @triton.jit
 def _chain_step(r_ptr, w_ptr, k_ptr, a_ptr, b_ptr, x_ptr, t_ptr, i_bh, i_c, n_chunks, vv, L, H, K, V,
                 BK: tl.constexpr, C: tl.constexpr, PRECISION: tl.constexpr):
-    """What a chain's step at chunk i_c reads and shares: the chunk's rows â, b̂, k̂, r̂, b̃, k̃, cw_C
-    (``_chunk_rows``), its [C, BV] rows of x (V forward, dO backward) at columns vv, its T, Rk = r̂ k̂^T (lower) and
+    """What a chain's step at chunk i_c reads and shares: the chunk's rows â, r̂, b̃, k̃, cw_C (``_chunk_rows``),
+    its [C, BV] rows of x (V forward, dO backward) at columns vv, its T, Rb = r̂ b̂^T and Rk = r̂ k̂^T (lower),
     Ak = â k̂^T (strictly lower), and the mask of its rows of x."""
     i_b, i_h = i_bh // H, i_bh % H
     ahat, bhat, khat, rhat, btil, ktil, cw, cwp, last, t, kmask = _chunk_rows(
@@ -170,9 +170,10 @@ def _chain_step(r_ptr, w_ptr, k_ptr, a_ptr, b_ptr, x_ptr, t_ptr, i_bh, i_c, n_ch
     x = _rows(x_ptr, i_b, i_h, t, vv, L, H, V, vmask)
     tt = tl.arange(0, C)
     T = tl.load(_chunk_ptrs(t_ptr, i_bh, n_chunks, i_c, tt, tt, C, C))
+    Rb = _lower(tl.dot(rhat, tl.trans(bhat), input_precision=PRECISION), C, False)
     Rk = _lower(tl.dot(rhat, tl.trans(khat), input_precision=PRECISION), C, False)
     Ak = _lower(tl.dot(ahat, tl.trans(khat), input_precision=PRECISION), C, True)
-    return ahat, bhat, rhat, btil, ktil, last, x, T, Rk, Ak, t, vmask
+    return ahat, rhat, btil, ktil, last, x, T, Rb, Rk, Ak, t, vmask
 
 
 @triton.jit
@@ -186,12 +187,11 @@ def _states_kernel(r_ptr, w_ptr, k_ptr, v_ptr, a_ptr, b_ptr, t_ptr, states, sa_p
     S = tl.zeros((BK, BV), dtype=tl.float32)
     for i_c in range(n_chunks):
         tl.store(_chunk_ptrs(states, i_bh, n_chunks, i_c, tl.arange(0, BK), vv, BK, VP), S)
-        ahat, bhat, rhat, btil, ktil, last, v, T, Rk, Ak, t, vmask = _chain_step(
+        ahat, rhat, btil, ktil, last, v, T, Rb, Rk, Ak, t, vmask = _chain_step(
             r_ptr, w_ptr, k_ptr, a_ptr, b_ptr, v_ptr, t_ptr, i_bh, i_c, n_chunks, vv, L, H, K, V, BK, C, PRECISION)
         Y = tl.dot(Ak, v, input_precision=PRECISION) + tl.dot(ahat, S, input_precision=PRECISION)
         SA = tl.dot(T, Y, input_precision=PRECISION)
         tl.store(_chunk_ptrs(sa_ptr, i_bh, n_chunks, i_c, tl.arange(0, C), vv, C, VP), SA)
-        Rb = _lower(tl.dot(rhat, tl.trans(bhat), input_precision=PRECISION), C, False)
         o = (tl.dot(rhat, S, input_precision=PRECISION) + tl.dot(Rb, SA, input_precision=PRECISION)
              + tl.dot(Rk, v, input_precision=PRECISION))
         _put(o_ptr, o, i_bh // H, i_bh % H, t, vv, L, H, V, vmask)
@@ -212,9 +212,8 @@ def _grad_states_kernel(r_ptr, w_ptr, k_ptr, a_ptr, b_ptr, do_ptr, t_ptr, dstate
     for j in range(n_chunks):
         i_c = n_chunks - 1 - j
         tl.store(_chunk_ptrs(dstates, i_bh, n_chunks, i_c, tl.arange(0, BK), vv, BK, VP), dS)
-        ahat, bhat, rhat, btil, ktil, last, do, T, Rk, Ak, t, vmask = _chain_step(
+        ahat, rhat, btil, ktil, last, do, T, Rb, Rk, Ak, t, vmask = _chain_step(
             r_ptr, w_ptr, k_ptr, a_ptr, b_ptr, do_ptr, t_ptr, i_bh, i_c, n_chunks, vv, L, H, K, V, BK, C, PRECISION)
-        Rb = _lower(tl.dot(rhat, tl.trans(bhat), input_precision=PRECISION), C, False)
         dSA = tl.dot(tl.trans(Rb), do, input_precision=PRECISION) + tl.dot(btil, dS, input_precision=PRECISION)
         dY = tl.dot(tl.trans(T), dSA, input_precision=PRECISION)
         tl.store(_chunk_ptrs(dy_ptr, i_bh, n_chunks, i_c, tl.arange(0, C), vv, C, VP), dY)
@@ -286,7 +285,7 @@ class Launch(NamedTuple):
     two, at least 16), warps per program of the chains, the matmuls' precision ("tf32" or "ieee"), T's precision
     ("ieee", or "tf32x3": three tf32 products, float32's accuracy), the warps of T's kernel and of the key side's
     gradients' (None: the chains'), and the key columns per program of the key side's gradients (a power of two, at
-    least 16; at most K padded)."""
+    least 16; K padded where that is fewer)."""
     block_v: int = 64
     num_warps: int = 4
     precision: str = "tf32"
