@@ -283,9 +283,9 @@ def recurrence_rows(B, T, H, K):
 
 RWKV7_LAUNCHES = [Rwkv7Launch(block_v, warps) for block_v in (16, 32, 64) for warps in (1, 2, 4)]
 # the chunked kernels: the default, the chains' columns and warps, the key side's gradients' key columns and warps,
-# T in float32 on the chains' warps, every matmul in float32
+# T in float32 on the chains' warps, every matmul in float32, the states kept in float32
 RWKV7_CHUNK_LAUNCHES = list(dict.fromkeys([
-    Rwkv7ChunkLaunch(),
+    Rwkv7ChunkLaunch(), Rwkv7ChunkLaunch(states_dtype=torch.float32),
     *(Rwkv7ChunkLaunch(block_v, warps) for block_v in (32, 64) for warps in (1, 2, 4)),
     *(Rwkv7ChunkLaunch(grads_block_k=block_k, grads_warps=warps) for block_k in (16, 32, 64) for warps in (2, 4, 8)),
     Rwkv7ChunkLaunch(inverse_precision="ieee", intra_warps=None), Rwkv7ChunkLaunch(precision="ieee")]))
@@ -295,7 +295,10 @@ def chunk_launch_name(launch) -> str:
     """A chunked RWKV-7 launch in a row's words."""
     return (f"ours chunked {launch.block_v:>2d} columns, {launch.num_warps} warps, {launch.precision}; T "
             f"{launch.inverse_precision}, {launch.warps('intra_warps')}; grads {launch.grads_block_k} keys, "
-            f"{launch.warps('grads_warps')}")
+            f"{launch.warps('grads_warps')}; {STATE_WORDS[launch.states_dtype]} states")
+
+
+STATE_WORDS = {torch.float32: "float32", torch.bfloat16: "bf16"}
 
 
 def rwkv7_rows(B, T, H, K):
@@ -324,22 +327,26 @@ def rwkv7_rows(B, T, H, K):
 
 
 # each chunked kernel alone: T's precision and warps; the chains' value columns and warps (both chains the same
-# launches); the key side's gradients' key columns and warps
-RWKV7_CHAIN_LAUNCHES = [Rwkv7ChunkLaunch(block_v, warps)
-                        for block_v, warps in ((64, 1), (64, 2), (64, 4), (64, 8), (32, 2), (32, 4))]
+# launches); the key side's gradients' key columns and warps; the chains and the key side's gradients with the states
+# kept in float32
+RWKV7_CHAIN_LAUNCHES = [*(Rwkv7ChunkLaunch(block_v, warps)
+                          for block_v, warps in ((64, 1), (64, 2), (64, 4), (64, 8), (32, 2), (32, 4))),
+                        Rwkv7ChunkLaunch(states_dtype=torch.float32)]
 RWKV7_KERNEL_LAUNCHES = {
     "T": [Rwkv7ChunkLaunch(inverse_precision=precision, intra_warps=warps)
           for precision in ("tf32x3", "ieee") for warps in (1, 2, 4)],
     "chain forward + O": RWKV7_CHAIN_LAUNCHES,
     "chain reverse + dV": RWKV7_CHAIN_LAUNCHES,
-    "key side's grads": [Rwkv7ChunkLaunch(grads_block_k=block_k, grads_warps=warps)
-                         for block_k in (16, 32, 64) for warps in (1, 2, 4, 8)],
+    "key side's grads": [*(Rwkv7ChunkLaunch(grads_block_k=block_k, grads_warps=warps)
+                           for block_k in (16, 32, 64) for warps in (1, 2, 4, 8)),
+                         Rwkv7ChunkLaunch(states_dtype=torch.float32)],
 }
 
 
 def rwkv7_kernel_rows(B, T, H, K):
     """{(kernel, launch in words): ms} of each chunked RWKV-7 kernel alone (``zoo.kernels.rwkv7.chunk``'s one
-    function per kernel), on the buffers the default launch makes; bf16 inputs (``rwkv7_gates``), float32 dO."""
+    function per kernel), the key side's gradients on the buffers the default launch makes (in the launch's states
+    dtype); bf16 inputs (``rwkv7_gates``), float32 dO."""
     dev = "cuda"
     torch.manual_seed(0)
     r, k, v = (torch.randn(B, T, H, K, device=dev).to(torch.bfloat16) for _ in range(3))
@@ -347,18 +354,23 @@ def rwkv7_kernel_rows(B, T, H, K):
     do = torch.randn(B, T, H, K, device=dev)
     xs = (r, w, k, v, a, b)
     inverses = rwkv7_chunks.chunk_inverses(*xs)
-    _, states, SA = rwkv7_chunks.forward_chain(*xs, inverses)
-    _, dstates, dY = rwkv7_chunks.reverse_chain(*xs, do, inverses)
+    kept = {}  # states dtype -> the chains' (states, dstates, SA, dY)
+    for dtype in STATE_WORDS:
+        launch = rwkv7_chunks.LAUNCH._replace(states_dtype=dtype)
+        _, states, SA = rwkv7_chunks.forward_chain(*xs, inverses, launch)
+        _, dstates, dY = rwkv7_chunks.reverse_chain(*xs, do, inverses, launch)
+        kept[dtype] = states, dstates, SA, dY
     calls = {"T": lambda launch: rwkv7_chunks.chunk_inverses(*xs, launch),
              "chain forward + O": lambda launch: rwkv7_chunks.forward_chain(*xs, inverses, launch),
              "chain reverse + dV": lambda launch: rwkv7_chunks.reverse_chain(*xs, do, inverses, launch),
-             "key side's grads": lambda launch: rwkv7_chunks.key_grads(*xs, do, states, dstates, SA, dY, launch)}
+             "key side's grads": lambda launch: rwkv7_chunks.key_grads(*xs, do, *kept[launch.states_dtype], launch)}
     def chain_words(launch):
-        return f"{launch.block_v} columns, {launch.num_warps} warps"
+        return f"{launch.block_v} columns, {launch.num_warps} warps, {STATE_WORDS[launch.states_dtype]} states"
 
     words = {"T": lambda launch: f"{launch.inverse_precision}, {launch.warps('intra_warps')} warps",
              "chain forward + O": chain_words, "chain reverse + dV": chain_words,
-             "key side's grads": lambda launch: f"{launch.grads_block_k} keys, {launch.warps('grads_warps')} warps"}
+             "key side's grads": lambda launch: f"{launch.grads_block_k} keys, {launch.warps('grads_warps')} warps, "
+                                                f"{STATE_WORDS[launch.states_dtype]} states"}
     rows = {}
     for kernel, launches in RWKV7_KERNEL_LAUNCHES.items():
         for launch in launches:

@@ -29,8 +29,8 @@ import triton.language as tl
 
 
 @triton.jit
-def _piece_sums_kernel(grad_ptr, order_ptr, bounds_ptr, piece_bounds_ptr, piece_row_ptr, partial_ptr, out_ptr, V, D,
-                       piece, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr):
+def _embedding_piece_sums_kernel(grad_ptr, order_ptr, bounds_ptr, piece_bounds_ptr, piece_row_ptr, partial_ptr, out_ptr,
+                                 V, D, piece, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr):
     g = tl.program_id(0).to(tl.int64)
     cols = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
     v = tl.load(piece_row_ptr + g)
@@ -53,8 +53,8 @@ def _piece_sums_kernel(grad_ptr, order_ptr, bounds_ptr, piece_bounds_ptr, piece_
 
 
 @triton.jit
-def _row_sums_kernel(partial_ptr, piece_bounds_ptr, out_ptr, V, D, ROWS: tl.constexpr, BLOCK_K: tl.constexpr,
-                     BLOCK_D: tl.constexpr):
+def _embedding_row_sums_kernel(partial_ptr, piece_bounds_ptr, out_ptr, V, D, ROWS: tl.constexpr, BLOCK_K: tl.constexpr,
+                               BLOCK_D: tl.constexpr):
     cols = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
     for r in range(ROWS):
         v = tl.program_id(0).to(tl.int64) * ROWS + r
@@ -111,10 +111,10 @@ def embedding_backward(grad: torch.Tensor, ids: torch.Tensor, num_rows: int, dty
     partial = torch.empty(num_pieces, D, dtype=torch.promote_types(dtype, torch.float32), device=device)
     out = torch.empty(num_rows, D, dtype=dtype, device=device)
     block_d = min(block_d, triton.next_power_of_2(D))
-    _piece_sums_kernel[(num_pieces, triton.cdiv(D, block_d))](
+    _embedding_piece_sums_kernel[(num_pieces, triton.cdiv(D, block_d))](
         grad, order, bounds, piece_bounds, piece_row, partial, out, num_rows, D, piece, BLOCK_T=block_t,
         BLOCK_D=block_d, num_warps=warps[0])
-    _row_sums_kernel[(triton.cdiv(num_rows, rows), triton.cdiv(D, block_d))](
+    _embedding_row_sums_kernel[(triton.cdiv(num_rows, rows), triton.cdiv(D, block_d))](
         partial, piece_bounds, out, num_rows, D, ROWS=rows, BLOCK_K=block_k, BLOCK_D=block_d, num_warps=warps[1])
     return out
 

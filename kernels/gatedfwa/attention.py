@@ -117,8 +117,8 @@ def _attn_fwd(q_ptr, k_ptr, v_ptr, u_ptr, o_ptr, lse_ptr, T, H, window, qk_scale
 
 
 @triton.jit
-def _bwd_delta(o_ptr, do_ptr, delta_ptr, T, H, s_ob, s_ot, s_oh, s_db, s_dt, s_dh,
-               D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr):
+def _attn_bwd_delta(o_ptr, do_ptr, delta_ptr, T, H, s_ob, s_ot, s_oh, s_db, s_dt, s_dh, D: tl.constexpr,
+                    BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr):
     """delta[b, h, i] = do_i . o_i in fp32."""
     start_m = tl.program_id(0) * BLOCK_M
     bh = tl.program_id(1)
@@ -311,8 +311,8 @@ def attention_bwd(q, k, v, u, o, lse, do, window: int, scale: float, dkdv_blocks
     B, T, H, D = q.shape
     block_d = max(16, triton.next_power_of_2(D))
     delta = torch.empty(B, H, T, device=q.device, dtype=torch.float32)
-    _bwd_delta[(triton.cdiv(T, 64), B * H)](o, do, delta, T, H, *_strides(o), *_strides(do), D=D, BLOCK_M=64,
-                                             BLOCK_D=block_d)
+    _attn_bwd_delta[(triton.cdiv(T, 64), B * H)](o, do, delta, T, H, *_strides(o), *_strides(do), D=D, BLOCK_M=64,
+                                                 BLOCK_D=block_d)
     dkdv_blocks = dkdv_blocks or default_blocks("dkdv", D, q.device)
     dq_blocks = dq_blocks or default_blocks("dq", D, q.device)
     dq, dk, dv = (torch.empty(B, T, H, D, device=q.device, dtype=x.dtype) for x in (q, k, v))

@@ -10,14 +10,14 @@ frequency sums and casts back, about 70 kernels per layer and training step. In 
 Here a layer is 8 kernels forward and 12 backward.
 
 Forward, x_0 = z: for each hidden layer k, p_k = x_k @ W_k^T (cuBLAS) and x_{k+1} = sin(freq * (p_k + b_k))
-(``_sin_kernel``); then h = x_K @ W_out^T and out = h * exp(-t * deltas) (``_decay_kernel``). Saved: the x_k and p_k,
-[L, F] float32 each.
+(``_implicit_filter_sin_kernel``); then h = x_K @ W_out^T and out = h * exp(-t * deltas)
+(``_implicit_filter_decay_kernel``). Saved: the x_k and p_k, [L, F] float32 each.
 
-Backward, from dout: g = dout * exp(-t * deltas) (``_decay_kernel`` again); dW_out = g^T x_K, dx_K = g W_out; for each
-layer from the last, with q = freq * (p_k + b_k) and dq = dx_{k+1} * cos(q): dp = dq * freq, db_k = sum over L of
-dp, dfreq += sum over L of dq * (p_k + b_k) (``_sin_grad_kernel``: a program owns a block of columns and walks every
-row, so the sums need no atomics and no second pass); dW_k = dp^T x_k, dx_k = dp W_k. The frequencies are shared by
-every layer (one ``Sin`` module, as in Zoology), so their gradient is the sum over layers.
+Backward, from dout: g = dout * exp(-t * deltas) (``_implicit_filter_decay_kernel`` again); dW_out = g^T x_K, dx_K = g
+W_out; for each layer from the last, with q = freq * (p_k + b_k) and dq = dx_{k+1} * cos(q): dp = dq * freq, db_k = sum
+over L of dp, dfreq += sum over L of dq * (p_k + b_k) (``_implicit_filter_sin_grad_kernel``: a program owns a block of
+columns and walks every row, so the sums need no atomics and no second pass); dW_k = dp^T x_k, dx_k = dp W_k. The
+frequencies are shared by every layer (one ``Sin`` module, as in Zoology), so their gradient is the sum over layers.
 
 Math in float32, against the reference's bf16 matmuls under autocast: Zoology trains in float32, so this is nearer to
 it, not further.
@@ -35,7 +35,7 @@ BLOCK_COLS = 16  # columns per program of the gradient kernel: F = 64 gives 4 pr
 
 
 @triton.jit
-def _sin_kernel(P, BIAS, FREQ, X, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+def _implicit_filter_sin_kernel(P, BIAS, FREQ, X, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """X = sin(freq * (P + bias)) for contiguous [M, N] P and X."""
     m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     n = tl.arange(0, BLOCK_N)
@@ -46,7 +46,7 @@ def _sin_kernel(P, BIAS, FREQ, X, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.const
 
 
 @triton.jit
-def _decay_kernel(H, T, DELTAS, OUT, M, N, s_m, s_n, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+def _implicit_filter_decay_kernel(H, T, DELTAS, OUT, M, N, s_m, s_n, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """OUT = H * exp(-t * deltas), H [M, N] with strides (s_m, s_n), t [M], deltas [N], OUT contiguous."""
     m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -58,8 +58,8 @@ def _decay_kernel(H, T, DELTAS, OUT, M, N, s_m, s_n, BLOCK_M: tl.constexpr, BLOC
 
 
 @triton.jit
-def _sin_grad_kernel(DX, P, BIAS, FREQ, DP, DBIAS, DFREQ, M, N, ACCUMULATE: tl.constexpr, BLOCK_M: tl.constexpr,
-                     BLOCK_N: tl.constexpr):
+def _implicit_filter_sin_grad_kernel(DX, P, BIAS, FREQ, DP, DBIAS, DFREQ, M, N, ACCUMULATE: tl.constexpr,
+                                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """For x = sin(freq * (p + bias)), [M, N] contiguous: DP = dx * cos(q) * freq with q = freq * (p + bias);
     DBIAS = the column sums of DP; DFREQ (+)= the column sums of dx * cos(q) * (p + bias)."""
     n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -87,8 +87,8 @@ def _sin_grad_kernel(DX, P, BIAS, FREQ, DP, DBIAS, DFREQ, M, N, ACCUMULATE: tl.c
 def _sin(p: torch.Tensor, bias: torch.Tensor, freq: torch.Tensor) -> torch.Tensor:
     M, N = p.shape
     x = torch.empty_like(p)
-    _sin_kernel[(triton.cdiv(M, BLOCK_ROWS),)](p, bias, freq, x, M, N, BLOCK_M=BLOCK_ROWS,
-                                               BLOCK_N=triton.next_power_of_2(N))
+    _implicit_filter_sin_kernel[(triton.cdiv(M, BLOCK_ROWS),)](p, bias, freq, x, M, N, BLOCK_M=BLOCK_ROWS,
+                                                               BLOCK_N=triton.next_power_of_2(N))
     return x
 
 
@@ -96,7 +96,7 @@ def _decay(h: torch.Tensor, t: torch.Tensor, deltas: torch.Tensor) -> torch.Tens
     M, N = h.shape
     out = torch.empty(M, N, device=h.device, dtype=torch.float32)
     block_n = min(triton.next_power_of_2(N), 128)
-    _decay_kernel[(triton.cdiv(M, BLOCK_ROWS), triton.cdiv(N, block_n))](
+    _implicit_filter_decay_kernel[(triton.cdiv(M, BLOCK_ROWS), triton.cdiv(N, block_n))](
         h, t, deltas, out, M, N, *h.stride(), BLOCK_M=BLOCK_ROWS, BLOCK_N=block_n)
     return out
 
@@ -106,9 +106,9 @@ def _sin_grad(dx: torch.Tensor, p: torch.Tensor, bias: torch.Tensor, freq: torch
     """(dp, dbias); dfreq [N] gets (or, with ``accumulate``, adds) this layer's part."""
     M, N = p.shape
     dp, dbias = torch.empty_like(p), torch.empty_like(bias)
-    _sin_grad_kernel[(triton.cdiv(N, BLOCK_COLS),)](dx, p, bias, freq, dp, dbias, dfreq, M, N,
-                                                    ACCUMULATE=accumulate, BLOCK_M=BLOCK_ROWS,
-                                                    BLOCK_N=BLOCK_COLS)
+    _implicit_filter_sin_grad_kernel[(triton.cdiv(N, BLOCK_COLS),)](dx, p, bias, freq, dp, dbias, dfreq, M, N,
+                                                                    ACCUMULATE=accumulate, BLOCK_M=BLOCK_ROWS,
+                                                                    BLOCK_N=BLOCK_COLS)
     return dp, dbias
 
 

@@ -18,20 +18,19 @@ of an epoch of 1.27 s at B=256, L=256, D=128 on an H100). The spectral kernels i
 into L bins (``_packed``), whose complex inverse FFT of length L is the real 2L-point signal read as (real,
 imaginary) pairs (``_unpacked``): the same transform size, no copy.
 
-Forward: u = x1 * v (padded, ``_gate_in_kernel``); yc = irfft(rfft(u) * hf) (``_filter_kernel``, packed, and
-``_unpacked``); out = x2 * y
-with y = yc[:L] (``_gate_out_kernel``). Saved: xbc, hf, uf = rfft(u) [B, D, L + 1] complex64 and yc [B, D, 2L]
-float32 (about B * D * 2L * 4 bytes each: 67 MB at B=256, L=256, D=128).
+Forward: u = x1 * v (padded, ``_long_conv_gate_in_kernel``); yc = irfft(rfft(u) * hf) (``_long_conv_filter_kernel``,
+packed, and ``_unpacked``); out = x2 * y with y = yc[:L] (``_long_conv_gate_out_kernel``). Saved: xbc, hf, uf = rfft(u)
+[B, D, L + 1] complex64 and yc [B, D, 2L] float32 (about B * D * 2L * 4 bytes each: 67 MB at B=256, L=256, D=128).
 
-Backward, with g = dout * x2 (``_gate_grad_in_kernel``, which also writes dx2 = dout * y):
+Backward, with g = dout * x2 (``_long_conv_gate_grad_in_kernel``, which also writes dx2 = dout * y):
   du[s] = sum_{t>=s} h_eff[t - s] g[t] = irfft(rfft(g) * conj(hf))[s] for s < L (the correlation with the filter;
     t < s would reach lag t - s + 2L >= L, where the padded filter is zero);
-  dx1 = du * v, dv = du * x1 (``_gate_grad_out_kernel``, into the same contiguous [B, L, 3D] as dx2);
+  dx1 = du * v, dv = du * x1 (``_long_conv_gate_grad_out_kernel``, into the same contiguous [B, L, 3D] as dx2);
   dh_eff[k] = sum_{b, t} g[t] u[t - k] = irfft(sum_b conj(uf) * rfft(g))[k] for k < L (t < k reads u's zero half,
     so nothing wraps around); dh = dh_eff, and dbias = dh_eff[:, 0], the skip being tap 0.
-``_filter_grad_kernel`` forms rfft(g) * conj(hf), packed, and, for each chunk of ``Tiles.b`` sequences, the sum over
-the chunk of conj(uf) * rfft(g) into its own row; one ``torch.sum`` over the rows finishes the batch sum. No atomics
-(the filter gradient is the same bits on every run); every shape follows from the inputs' (no host sync), so a
+``_long_conv_filter_grad_kernel`` forms rfft(g) * conj(hf), packed, and, for each chunk of ``Tiles.b`` sequences, the
+sum over the chunk of conj(uf) * rfft(g) into its own row; one ``torch.sum`` over the rows finishes the batch sum. No
+atomics (the filter gradient is the same bits on every run); every shape follows from the inputs' (no host sync), so a
 CUDA graph captures both passes.
 """
 from __future__ import annotations
@@ -96,7 +95,7 @@ def _sequence(P, b, t, d, L, C):
 
 
 @triton.jit
-def _gate_in_kernel(XBC, U, L, D, sx_b, sx_t, sx_c, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr):
+def _long_conv_gate_in_kernel(XBC, U, L, D, sx_b, sx_t, sx_c, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr):
     """U [B, D, 2L] <- x1 * v at times < L, zero after; x1, v read from XBC [B, L, 3D]."""
     t, d, b, d_ok, ok = _gate_tile(L, D, BLOCK_T, BLOCK_D)
     X = XBC + b * sx_b
@@ -105,7 +104,7 @@ def _gate_in_kernel(XBC, U, L, D, sx_b, sx_t, sx_c, BLOCK_T: tl.constexpr, BLOCK
 
 
 @triton.jit
-def _gate_out_kernel(YC, XBC, OUT, L, D, sx_b, sx_t, sx_c, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr):
+def _long_conv_gate_out_kernel(YC, XBC, OUT, L, D, sx_b, sx_t, sx_c, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr):
     """OUT [B, L, D] <- x2 * y, y the first L times of YC [B, D, 2L]."""
     t, d, b, d_ok, ok = _gate_tile(L, D, BLOCK_T, BLOCK_D)
     y = tl.load(_padded(YC, b, t, d, L, D), mask=ok)
@@ -114,8 +113,8 @@ def _gate_out_kernel(YC, XBC, OUT, L, D, sx_b, sx_t, sx_c, BLOCK_T: tl.constexpr
 
 
 @triton.jit
-def _gate_grad_in_kernel(DOUT, XBC, YC, G, DXBC, L, D, sx_b, sx_t, sx_c, sd_b, sd_t, sd_c,
-                         BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr):
+def _long_conv_gate_grad_in_kernel(DOUT, XBC, YC, G, DXBC, L, D, sx_b, sx_t, sx_c, sd_b, sd_t, sd_c,
+                                   BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr):
     """G [B, D, 2L] <- g = dout * x2 at times < L, zero after; the x2 third of DXBC [B, L, 3D] <- dout * y."""
     t, d, b, d_ok, ok = _gate_tile(L, D, BLOCK_T, BLOCK_D)
     dout = time_tile(DOUT + b * sd_b, t, d, d_ok, L, sd_t, sd_c)
@@ -126,7 +125,8 @@ def _gate_grad_in_kernel(DOUT, XBC, YC, G, DXBC, L, D, sx_b, sx_t, sx_c, sd_b, s
 
 
 @triton.jit
-def _gate_grad_out_kernel(DU, XBC, DXBC, L, D, sx_b, sx_t, sx_c, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr):
+def _long_conv_gate_grad_out_kernel(DU, XBC, DXBC, L, D, sx_b, sx_t, sx_c, BLOCK_T: tl.constexpr,
+                                    BLOCK_D: tl.constexpr):
     """The x1 and v thirds of DXBC [B, L, 3D] <- du * v and du * x1, du the first L times of DU [B, D, 2L]."""
     t, d, b, d_ok, ok = _gate_tile(L, D, BLOCK_T, BLOCK_D)
     du = tl.load(_padded(DU, b, t, d, L, D), mask=ok)
@@ -200,7 +200,7 @@ def _spectral_bins(D, L, BLOCK_N: tl.constexpr):
 
 
 @triton.jit
-def _filter_kernel(UF, HF, ZF, B, D, L, BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr):
+def _long_conv_filter_kernel(UF, HF, ZF, B, D, L, BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr):
     """ZF[b] [D, L] <- the packed spectrum of Y = UF[b] * HF ([D, L + 1] spectra, HF shared by the batch)."""
     j, ok_j, at_k, at_m, k = _spectral_bins(D, L, BLOCK_N)
     hr, hi = _load_complex(HF, at_k, ok_j)
@@ -218,7 +218,7 @@ def _filter_kernel(UF, HF, ZF, B, D, L, BLOCK_B: tl.constexpr, BLOCK_N: tl.const
 
 
 @triton.jit
-def _filter_grad_kernel(GF, UF, HF, DZ, PARTIAL, B, D, L, BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr):
+def _long_conv_filter_grad_kernel(GF, UF, HF, DZ, PARTIAL, B, D, L, BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr):
     """DZ[b] [D, L] <- the packed spectrum of GF[b] * conj(HF) (du's); row ``program_id(1)`` of PARTIAL [B / BLOCK_B,
     D, L + 1] <- the sum of conj(UF[b]) * GF[b] over this program's sequences (the filter gradient's spectrum, in
     part), bin k by the lane of k and bin L also by the lane of k = 0."""
@@ -276,16 +276,16 @@ def gated_long_conv_forward(xbc, h, bias, tiles: Tiles):
     hf = (torch.fft.rfft(h.float().t(), n=n) + bias.float()[:, None]) / n  # the skip and irfft's 1/n (docstring)
     grid = _gate_grid(xbc, tiles)
     u = torch.empty(B, D, n, dtype=torch.float32, device=xbc.device)
-    _gate_in_kernel[grid](xbc, u, L, D, *xbc.stride(), BLOCK_T=tiles.t, BLOCK_D=tiles.d, num_warps=NUM_WARPS)
+    _long_conv_gate_in_kernel[grid](xbc, u, L, D, *xbc.stride(), BLOCK_T=tiles.t, BLOCK_D=tiles.d, num_warps=NUM_WARPS)
     uf = torch.fft.rfft(u)
     zf = torch.empty(B, D, L, dtype=torch.complex64, device=xbc.device)
-    _filter_kernel[_spectral_grid(B, D * L, tiles)](
+    _long_conv_filter_kernel[_spectral_grid(B, D * L, tiles)](
         torch.view_as_real(uf), torch.view_as_real(hf), torch.view_as_real(zf), B, D, L, BLOCK_B=tiles.b,
         BLOCK_N=tiles.n, num_warps=NUM_WARPS)
     yc = _unpacked(zf)
     out = torch.empty(B, L, D, dtype=xbc.dtype, device=xbc.device)
-    _gate_out_kernel[grid](yc, xbc, out, L, D, *xbc.stride(), BLOCK_T=tiles.t, BLOCK_D=tiles.d,
-                           num_warps=NUM_WARPS)
+    _long_conv_gate_out_kernel[grid](yc, xbc, out, L, D, *xbc.stride(), BLOCK_T=tiles.t, BLOCK_D=tiles.d,
+                                     num_warps=NUM_WARPS)
     return out, hf, uf, yc
 
 
@@ -298,18 +298,18 @@ def gated_long_conv_backward(dout, xbc, hf, uf, yc, tiles: Tiles):
     grid = _gate_grid(xbc, tiles)
     dxbc = torch.empty(B, L, D3, dtype=xbc.dtype, device=xbc.device)
     g = torch.empty(B, D, n, dtype=torch.float32, device=xbc.device)
-    _gate_grad_in_kernel[grid](dout, xbc, yc, g, dxbc, L, D, *xbc.stride(), *dout.stride(), BLOCK_T=tiles.t,
-                               BLOCK_D=tiles.d, num_warps=NUM_WARPS)
+    _long_conv_gate_grad_in_kernel[grid](dout, xbc, yc, g, dxbc, L, D, *xbc.stride(), *dout.stride(), BLOCK_T=tiles.t,
+                                         BLOCK_D=tiles.d, num_warps=NUM_WARPS)
     gf = torch.fft.rfft(g)
     spectral = _spectral_grid(B, D * L, tiles)
     dz = torch.empty(B, D, L, dtype=torch.complex64, device=xbc.device)
     partial = torch.empty(spectral[1], D, L + 1, dtype=torch.complex64, device=xbc.device)
-    _filter_grad_kernel[spectral](
+    _long_conv_filter_grad_kernel[spectral](
         torch.view_as_real(gf), torch.view_as_real(uf), torch.view_as_real(hf), torch.view_as_real(dz),
         torch.view_as_real(partial), B, D, L, BLOCK_B=tiles.b, BLOCK_N=tiles.n, num_warps=NUM_WARPS)
     du = _unpacked(dz)
-    _gate_grad_out_kernel[grid](du, xbc, dxbc, L, D, *xbc.stride(), BLOCK_T=tiles.t, BLOCK_D=tiles.d,
-                                num_warps=NUM_WARPS)
+    _long_conv_gate_grad_out_kernel[grid](du, xbc, dxbc, L, D, *xbc.stride(), BLOCK_T=tiles.t, BLOCK_D=tiles.d,
+                                          num_warps=NUM_WARPS)
     return dxbc, torch.fft.irfft(partial.sum(0), n=n)[:, :L]
 
 

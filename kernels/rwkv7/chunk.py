@@ -29,9 +29,9 @@ kernels split the work:
   cumulative sum). With dY kept, no product there contracts over K, so a program holds only its key columns' rows
   of S_0 and dS_C.
 
-The chains do eleven small matmuls a chunk; the rest runs a program per chunk (and key block), B H ceil(L / 16) of
-them. Kept between kernels: T, and per chunk S_0 and dS_C (B H ceil(L / C) (K, V) float32 states each, 1/C of
-every state), SA and dY (as many floats as O each). Each gradient is written once by one program: no atomics, a run
+The chains do eleven small matmuls a chunk; the rest runs a program per chunk (and key block), B H ceil(L / 16) of them.
+Kept between kernels: T, and per chunk S_0 and dS_C (B H ceil(L / C) (K, V) states each, 1/C of every state), SA and dY
+(as many values as O each), in ``Launch.states_dtype``. Each gradient is written once by one program: no atomics, a run
 is bit-reproducible. No host syncs: forward and backward capture in a CUDA graph.
 
 Splitting exp(cw_{t-1} - cw_j) into exp(cw_{t-1}) exp(-cw_j) is what makes these matmuls, and what needs the
@@ -71,6 +71,7 @@ import triton
 import triton.language as tl
 
 from zoo.kernels.backend import not_compiled
+from zoo.kernels.stored_states import check_states_dtype
 
 # Steps a chunk: T's product formula above is written for 16.
 CHUNK = 16
@@ -146,8 +147,8 @@ def _chunk_ptrs(ptr, i_bh, n_chunks, i_c, rows, cols, R: tl.constexpr, VP):
 
 
 @triton.jit
-def _intra_kernel(r_ptr, w_ptr, k_ptr, a_ptr, b_ptr, t_ptr, L, H, K, BK: tl.constexpr, C: tl.constexpr,
-                  PRECISION: tl.constexpr):
+def _rwkv7_chunk_inverse_kernel(r_ptr, w_ptr, k_ptr, a_ptr, b_ptr, t_ptr, L, H, K, BK: tl.constexpr, C: tl.constexpr,
+                                PRECISION: tl.constexpr):
     """T of every chunk, one program per (chunk, batch and head): [B H, n_chunks, C, C]."""
     i_c, i_bh = tl.program_id(0), tl.program_id(1)
     ahat, bhat, khat, rhat, btil, ktil, cw, cwp, last, t, kmask = _chunk_rows(
@@ -177,8 +178,8 @@ def _chain_step(r_ptr, w_ptr, k_ptr, a_ptr, b_ptr, x_ptr, t_ptr, i_bh, i_c, n_ch
 
 
 @triton.jit
-def _states_kernel(r_ptr, w_ptr, k_ptr, v_ptr, a_ptr, b_ptr, t_ptr, states, sa_ptr, o_ptr, L, H, K, V, VP,
-                   BK: tl.constexpr, BV: tl.constexpr, C: tl.constexpr, PRECISION: tl.constexpr):
+def _rwkv7_chunk_states_kernel(r_ptr, w_ptr, k_ptr, v_ptr, a_ptr, b_ptr, t_ptr, states, sa_ptr, o_ptr, L, H, K, V, VP,
+                               BK: tl.constexpr, BV: tl.constexpr, C: tl.constexpr, PRECISION: tl.constexpr):
     """The chain through the chunks, one program per (block of BV value columns, batch and head): each chunk's
     entering state S_0 ([B H, n_chunks, BK, VP]), SA ([B H, n_chunks, C, VP]), and O = r̂ S_0 + Rb SA + Rk V."""
     i_v, i_bh = tl.program_id(0), tl.program_id(1)
@@ -186,12 +187,13 @@ def _states_kernel(r_ptr, w_ptr, k_ptr, v_ptr, a_ptr, b_ptr, t_ptr, states, sa_p
     n_chunks = tl.cdiv(L, C)
     S = tl.zeros((BK, BV), dtype=tl.float32)
     for i_c in range(n_chunks):
-        tl.store(_chunk_ptrs(states, i_bh, n_chunks, i_c, tl.arange(0, BK), vv, BK, VP), S)
+        tl.store(_chunk_ptrs(states, i_bh, n_chunks, i_c, tl.arange(0, BK), vv, BK, VP),
+                 S.to(states.dtype.element_ty))
         ahat, rhat, btil, ktil, last, v, T, Rb, Rk, Ak, t, vmask = _chain_step(
             r_ptr, w_ptr, k_ptr, a_ptr, b_ptr, v_ptr, t_ptr, i_bh, i_c, n_chunks, vv, L, H, K, V, BK, C, PRECISION)
         Y = tl.dot(Ak, v, input_precision=PRECISION) + tl.dot(ahat, S, input_precision=PRECISION)
         SA = tl.dot(T, Y, input_precision=PRECISION)
-        tl.store(_chunk_ptrs(sa_ptr, i_bh, n_chunks, i_c, tl.arange(0, C), vv, C, VP), SA)
+        tl.store(_chunk_ptrs(sa_ptr, i_bh, n_chunks, i_c, tl.arange(0, C), vv, C, VP), SA.to(sa_ptr.dtype.element_ty))
         o = (tl.dot(rhat, S, input_precision=PRECISION) + tl.dot(Rb, SA, input_precision=PRECISION)
              + tl.dot(Rk, v, input_precision=PRECISION))
         _put(o_ptr, o, i_bh // H, i_bh % H, t, vv, L, H, V, vmask)
@@ -200,8 +202,9 @@ def _states_kernel(r_ptr, w_ptr, k_ptr, v_ptr, a_ptr, b_ptr, t_ptr, states, sa_p
 
 
 @triton.jit
-def _grad_states_kernel(r_ptr, w_ptr, k_ptr, a_ptr, b_ptr, do_ptr, t_ptr, dstates, dy_ptr, dv_ptr, L, H, K, V, VP,
-                        BK: tl.constexpr, BV: tl.constexpr, C: tl.constexpr, PRECISION: tl.constexpr):
+def _rwkv7_chunk_grad_states_kernel(r_ptr, w_ptr, k_ptr, a_ptr, b_ptr, do_ptr, t_ptr, dstates, dy_ptr, dv_ptr, L, H, K,
+                                    V, VP, BK: tl.constexpr, BV: tl.constexpr, C: tl.constexpr,
+                                    PRECISION: tl.constexpr):
     """The chain through the chunks in reverse, one program per (block of BV value columns, batch and head): each
     chunk's dL/dS_C ([B H, n_chunks, BK, VP]) and dY = T^T (Rb^T dO + b̃ dS_C) ([B H, n_chunks, C, VP]), from
     dS_0 = exp(cw_C) dS_C + r̂^T dO + â^T dY; and dV = Rk^T dO + k̃ dS_C + Ak^T dY, V's whole gradient."""
@@ -211,12 +214,13 @@ def _grad_states_kernel(r_ptr, w_ptr, k_ptr, a_ptr, b_ptr, do_ptr, t_ptr, dstate
     dS = tl.zeros((BK, BV), dtype=tl.float32)  # none after the last chunk
     for j in range(n_chunks):
         i_c = n_chunks - 1 - j
-        tl.store(_chunk_ptrs(dstates, i_bh, n_chunks, i_c, tl.arange(0, BK), vv, BK, VP), dS)
+        tl.store(_chunk_ptrs(dstates, i_bh, n_chunks, i_c, tl.arange(0, BK), vv, BK, VP),
+                 dS.to(dstates.dtype.element_ty))
         ahat, rhat, btil, ktil, last, do, T, Rb, Rk, Ak, t, vmask = _chain_step(
             r_ptr, w_ptr, k_ptr, a_ptr, b_ptr, do_ptr, t_ptr, i_bh, i_c, n_chunks, vv, L, H, K, V, BK, C, PRECISION)
         dSA = tl.dot(tl.trans(Rb), do, input_precision=PRECISION) + tl.dot(btil, dS, input_precision=PRECISION)
         dY = tl.dot(tl.trans(T), dSA, input_precision=PRECISION)
-        tl.store(_chunk_ptrs(dy_ptr, i_bh, n_chunks, i_c, tl.arange(0, C), vv, C, VP), dY)
+        tl.store(_chunk_ptrs(dy_ptr, i_bh, n_chunks, i_c, tl.arange(0, C), vv, C, VP), dY.to(dy_ptr.dtype.element_ty))
         dv = (tl.dot(tl.trans(Rk), do, input_precision=PRECISION) + tl.dot(ktil, dS, input_precision=PRECISION)
               + tl.dot(tl.trans(Ak), dY, input_precision=PRECISION))
         _put(dv_ptr, dv, i_bh // H, i_bh % H, t, vv, L, H, V, vmask)
@@ -225,9 +229,9 @@ def _grad_states_kernel(r_ptr, w_ptr, k_ptr, a_ptr, b_ptr, do_ptr, t_ptr, dstate
 
 
 @triton.jit
-def _grads_kernel(r_ptr, w_ptr, k_ptr, v_ptr, a_ptr, b_ptr, do_ptr, states, dstates, sa_ptr, dy_ptr,
-                  dr_ptr, dw_ptr, dk_ptr, da_ptr, db_ptr, L, H, K, V, VP,
-                  BK: tl.constexpr, BKG: tl.constexpr, BV: tl.constexpr, C: tl.constexpr, PRECISION: tl.constexpr):
+def _rwkv7_chunk_key_grads_kernel(r_ptr, w_ptr, k_ptr, v_ptr, a_ptr, b_ptr, do_ptr, states, dstates, sa_ptr, dy_ptr,
+                                  dr_ptr, dw_ptr, dk_ptr, da_ptr, db_ptr, L, H, K, V, VP, BK: tl.constexpr,
+                                  BKG: tl.constexpr, BV: tl.constexpr, C: tl.constexpr, PRECISION: tl.constexpr):
     """The key side's gradients (r, w, k, a, b) of chunk i_c at key columns kk from its S_0, dS_C, SA and dY, one
     program per (chunk, batch and head, block of BKG key columns; all of V, BV >= V): every product contracts over
     V, or over the chunk's steps, never over K. Written into contiguous tensors of the inputs' shapes."""
@@ -242,10 +246,10 @@ def _grads_kernel(r_ptr, w_ptr, k_ptr, v_ptr, a_ptr, b_ptr, do_ptr, states, dsta
     v = _rows(v_ptr, i_b, i_h, t, vv, L, H, V, vmask)
     do = _rows(do_ptr, i_b, i_h, t, vv, L, H, V, vmask)
     tt = tl.arange(0, C)
-    SA = tl.load(_chunk_ptrs(sa_ptr, i_bh, n_chunks, i_c, tt, vv, C, VP))
-    dY = tl.load(_chunk_ptrs(dy_ptr, i_bh, n_chunks, i_c, tt, vv, C, VP))
-    S = tl.load(_chunk_ptrs(states, i_bh, n_chunks, i_c, kk, vv, BK, VP))
-    dS = tl.load(_chunk_ptrs(dstates, i_bh, n_chunks, i_c, kk, vv, BK, VP))
+    SA = tl.load(_chunk_ptrs(sa_ptr, i_bh, n_chunks, i_c, tt, vv, C, VP)).to(tl.float32)
+    dY = tl.load(_chunk_ptrs(dy_ptr, i_bh, n_chunks, i_c, tt, vv, C, VP)).to(tl.float32)
+    S = tl.load(_chunk_ptrs(states, i_bh, n_chunks, i_c, kk, vv, BK, VP)).to(tl.float32)
+    dS = tl.load(_chunk_ptrs(dstates, i_bh, n_chunks, i_c, kk, vv, BK, VP)).to(tl.float32)
     # the [C, C] matrices' gradients: Rb, Rk in O = r̂ S_0 + Rb SA + Rk V; A, Ak in Y = (A SA +) Ak V + â S_0
     dRb = _lower(tl.dot(do, tl.trans(SA), input_precision=PRECISION), C, False)
     dRk = _lower(tl.dot(do, tl.trans(v), input_precision=PRECISION), C, False)
@@ -284,8 +288,10 @@ class Launch(NamedTuple):
     """How the kernels are launched: value columns per program of the two chains through the chunks (a power of
     two, at least 16), warps per program of the chains, the matmuls' precision ("tf32" or "ieee"), T's precision
     ("ieee", or "tf32x3": three tf32 products, float32's accuracy), the warps of T's kernel and of the key side's
-    gradients' (None: the chains'), and the key columns per program of the key side's gradients (a power of two, at
-    least 16; K padded where that is fewer)."""
+    gradients' (None: the chains'), the key columns per program of the key side's gradients (a power of two, at
+    least 16; K padded where that is fewer), and the dtype of what the chains keep for the key side's gradients
+    (``states_dtype``: each chunk's S_0, SA, dS_C and dY; float32, or bf16 for half their bytes, as fla's chunk
+    kernels keep theirs: the chains walk in float32 and round only what they store, so o and dv do not change)."""
     block_v: int = 64
     num_warps: int = 4
     precision: str = "tf32"
@@ -293,6 +299,7 @@ class Launch(NamedTuple):
     intra_warps: int | None = 1
     grads_warps: int | None = 4
     grads_block_k: int = 64
+    states_dtype: torch.dtype = torch.bfloat16
 
     def warps(self, field: str) -> int:
         """Warps of T's kernel ("intra_warps") or the gradients' ("grads_warps"): its own field, else the chains'."""
@@ -322,6 +329,7 @@ def check_launch(launch: Launch) -> None:
         if not isinstance(warps, int) or warps < 1 or warps & (warps - 1):
             raise ValueError(f"rwkv7_chunk: launch.{field} {warps!r}, expected a power of two >= 1"
                              + ("" if field == "num_warps" else " or None"))
+    check_states_dtype(launch.states_dtype)
 
 
 def _blocks(K: int, V: int, launch: Launch) -> tuple[int, int, int, int]:
@@ -345,32 +353,34 @@ def chunk_inverses(r, w, k, v, a, b, launch: Launch = LAUNCH) -> torch.Tensor:
     """T of every chunk: [B H, n_chunks, C, C] float32."""
     (Bsz, L, H, K, V, n_chunks), (BK, BV, VP, BKG) = _sizes(r, v, launch)
     T = torch.empty(Bsz * H, n_chunks, CHUNK, CHUNK, device=r.device, dtype=torch.float32)
-    _intra_kernel[(n_chunks, Bsz * H)](r, w, k, a, b, T, L, H, K, BK=BK, C=CHUNK, PRECISION=launch.inverse_precision,
-                                       num_warps=launch.warps("intra_warps"))
+    _rwkv7_chunk_inverse_kernel[(n_chunks, Bsz * H)](r, w, k, a, b, T, L, H, K, BK=BK, C=CHUNK,
+                                                     PRECISION=launch.inverse_precision,
+                                                     num_warps=launch.warps("intra_warps"))
     return T
 
 
 def forward_chain(r, w, k, v, a, b, T, launch: Launch = LAUNCH) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The chain through the chunks: (o (B, L, H, V) float32, each chunk's S_0 [B H, n_chunks, BK, VP] and SA
-    [B H, n_chunks, C, VP])."""
+    [B H, n_chunks, C, VP] in ``launch.states_dtype``)."""
     (Bsz, L, H, K, V, n_chunks), (BK, BV, VP, BKG) = _sizes(r, v, launch)
-    states = torch.empty(Bsz * H, n_chunks, BK, VP, device=r.device, dtype=torch.float32)
-    SA = torch.empty(Bsz * H, n_chunks, CHUNK, VP, device=r.device, dtype=torch.float32)
+    states = torch.empty(Bsz * H, n_chunks, BK, VP, device=r.device, dtype=launch.states_dtype)
+    SA = torch.empty(Bsz * H, n_chunks, CHUNK, VP, device=r.device, dtype=launch.states_dtype)
     o = torch.empty(Bsz, L, H, V, device=r.device, dtype=torch.float32)
-    _states_kernel[(VP // BV, Bsz * H)](r, w, k, v, a, b, T, states, SA, o, L, H, K, V, VP, BK=BK, BV=BV, C=CHUNK,
-                                         PRECISION=launch.precision, num_warps=launch.num_warps)
+    _rwkv7_chunk_states_kernel[(VP // BV, Bsz * H)](r, w, k, v, a, b, T, states, SA, o, L, H, K, V, VP, BK=BK, BV=BV,
+                                                    C=CHUNK, PRECISION=launch.precision, num_warps=launch.num_warps)
     return o, states, SA
 
 
 def reverse_chain(r, w, k, v, a, b, do, T, launch: Launch = LAUNCH) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The chain through the chunks in reverse: (dv in v's dtype, each chunk's dS_C [B H, n_chunks, BK, VP] and dY
-    [B H, n_chunks, C, VP])."""
+    [B H, n_chunks, C, VP] in ``launch.states_dtype``)."""
     (Bsz, L, H, K, V, n_chunks), (BK, BV, VP, BKG) = _sizes(r, v, launch)
-    dstates = torch.empty(Bsz * H, n_chunks, BK, VP, device=r.device, dtype=torch.float32)
-    dY = torch.empty(Bsz * H, n_chunks, CHUNK, VP, device=r.device, dtype=torch.float32)
+    dstates = torch.empty(Bsz * H, n_chunks, BK, VP, device=r.device, dtype=launch.states_dtype)
+    dY = torch.empty(Bsz * H, n_chunks, CHUNK, VP, device=r.device, dtype=launch.states_dtype)
     dv = torch.empty_like(v)
-    _grad_states_kernel[(VP // BV, Bsz * H)](r, w, k, a, b, do, T, dstates, dY, dv, L, H, K, V, VP, BK=BK, BV=BV,
-                                             C=CHUNK, PRECISION=launch.precision, num_warps=launch.num_warps)
+    _rwkv7_chunk_grad_states_kernel[(VP // BV, Bsz * H)](r, w, k, a, b, do, T, dstates, dY, dv, L, H, K, V, VP, BK=BK,
+                                                         BV=BV, C=CHUNK, PRECISION=launch.precision,
+                                                         num_warps=launch.num_warps)
     return dv, dstates, dY
 
 
@@ -378,9 +388,10 @@ def key_grads(r, w, k, v, a, b, do, states, dstates, SA, dY, launch: Launch = LA
     """The key side's gradients (dr, dw, dk, da, db), each in its input's dtype."""
     (Bsz, L, H, K, V, n_chunks), (BK, BV, VP, BKG) = _sizes(r, v, launch)
     dr, dw, dk, da, db = (torch.empty_like(x) for x in (r, w, k, a, b))
-    _grads_kernel[(n_chunks, Bsz * H, BK // BKG)](r, w, k, v, a, b, do, states, dstates, SA, dY, dr, dw, dk, da, db,
-                                                  L, H, K, V, VP, BK=BK, BKG=BKG, BV=VP, C=CHUNK,
-                                                  PRECISION=launch.precision, num_warps=launch.warps("grads_warps"))
+    _rwkv7_chunk_key_grads_kernel[(n_chunks, Bsz * H, BK // BKG)](r, w, k, v, a, b, do, states, dstates, SA, dY, dr, dw,
+                                                                  dk, da, db, L, H, K, V, VP, BK=BK, BKG=BKG, BV=VP,
+                                                                  C=CHUNK, PRECISION=launch.precision,
+                                                                  num_warps=launch.warps("grads_warps"))
     return dr, dw, dk, da, db
 
 

@@ -119,8 +119,8 @@ def _channels(C, BLOCK_C: tl.constexpr):
 
 
 @triton.jit
-def _forward_kernel(X, W, BIAS, Y, T, C, sx_b, sx_t, sx_c, sw_c, sw_k, K: tl.constexpr, SILU: tl.constexpr,
-                    TIMES: tl.constexpr, BLOCK_C: tl.constexpr):
+def _short_conv_forward_kernel(X, W, BIAS, Y, T, C, sx_b, sx_t, sx_c, sw_c, sw_k, K: tl.constexpr, SILU: tl.constexpr,
+                               TIMES: tl.constexpr, BLOCK_C: tl.constexpr):
     c, c_ok = _channels(C, BLOCK_C)
     b = tl.program_id(2).to(tl.int64)
     X += b * sx_b
@@ -139,8 +139,8 @@ def _forward_kernel(X, W, BIAS, Y, T, C, sx_b, sx_t, sx_c, sw_c, sw_k, K: tl.con
 
 
 @triton.jit
-def _backward_kernel(X, W, BIAS, DY, DX, PARTIAL, T, C, sx_b, sx_t, sx_c, sd_b, sd_t, sd_c, sw_c, sw_k, s_row,
-                     K: tl.constexpr, SILU: tl.constexpr, TIMES: tl.constexpr, BLOCK_C: tl.constexpr):
+def _short_conv_backward_kernel(X, W, BIAS, DY, DX, PARTIAL, T, C, sx_b, sx_t, sx_c, sd_b, sd_t, sd_c, sw_c, sw_k,
+                                s_row, K: tl.constexpr, SILU: tl.constexpr, TIMES: tl.constexpr, BLOCK_C: tl.constexpr):
     c, c_ok = _channels(C, BLOCK_C)
     b = tl.program_id(2).to(tl.int64)
     X += b * sx_b
@@ -194,7 +194,7 @@ def short_conv_forward(x, weight, bias, silu: bool, walk: Walk) -> torch.Tensor:
     """x [B, T, C] (any strides); weight [C, K]; bias [C] or None -> y [B, T, C], contiguous, in x's dtype."""
     y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     B, T, C = x.shape
-    _forward_kernel[_grid(T, C, B, walk)](
+    _short_conv_forward_kernel[_grid(T, C, B, walk)](
         x, weight, bias, y, T, C, *x.stride(), *weight.stride(), K=weight.shape[1], SILU=silu, TIMES=walk.times,
         BLOCK_C=walk.channels, num_warps=walk.num_warps)
     return y
@@ -208,7 +208,7 @@ def short_conv_backward(dy, x, weight, bias, silu: bool, walk: Walk):
     grid = _grid(T, C, B, walk)
     dx = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     partial = torch.empty(grid[0] * B, K + (bias is not None), C, dtype=torch.float32, device=x.device)
-    _backward_kernel[grid](
+    _short_conv_backward_kernel[grid](
         x, weight, bias, dy, dx, partial, T, C, *x.stride(), *dy.stride(), *weight.stride(), partial.stride(0), K=K,
         SILU=silu, TIMES=walk.times, BLOCK_C=walk.channels, num_warps=walk.num_warps)
     sums = sum_first(partial)

@@ -89,8 +89,8 @@ def _store_mix_sum(DY, ROW, g, acc, d, d_ok, D):
 
 
 @triton.jit
-def _forward_kernel(X, MIX, Y0, Y1, Y2, Y3, Y4, Y5, T, D, sx_b, sx_t,
-                    BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr):
+def _token_shift_forward_kernel(X, MIX, Y0, Y1, Y2, Y3, Y4, Y5, T, D, sx_b, sx_t, BLOCK_T: tl.constexpr,
+                                BLOCK_D: tl.constexpr):
     t, d, b = sequence_tile(BLOCK_T, BLOCK_D)
     d_ok = d < D
     X += b * sx_b
@@ -107,8 +107,8 @@ def _forward_kernel(X, MIX, Y0, Y1, Y2, Y3, Y4, Y5, T, D, sx_b, sx_t,
 
 
 @triton.jit
-def _backward_kernel(X, MIX, DY0, DY1, DY2, DY3, DY4, DY5, DX, PARTIAL, T, D, sx_b, sx_t, s_row, tiles_per_program,
-                     BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr):
+def _token_shift_backward_kernel(X, MIX, DY0, DY1, DY2, DY3, DY4, DY5, DX, PARTIAL, T, D, sx_b, sx_t, s_row,
+                                 tiles_per_program, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr):
     """Walks ``tiles_per_program`` time tiles of one sequence and channel block, keeping each mix's products
     dy_g * diff per element and summing them over times once, at the end, into its row of the partial sums."""
     d = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
@@ -153,7 +153,7 @@ def token_shift_forward(x, mixes, out_dtype: torch.dtype, tiles: Tiles) -> tuple
     """x [B, T, D] (unit last stride); mixes [G, D], contiguous -> G outputs [B, T, D], contiguous, in
     ``out_dtype``."""
     ys = tuple(torch.empty(x.shape, dtype=out_dtype, device=x.device) for _ in range(mixes.shape[0]))
-    _forward_kernel[_grid(x, tiles.t, tiles.d)](
+    _token_shift_forward_kernel[_grid(x, tiles.t, tiles.d)](
         x, mixes, *_slots(ys), x.shape[1], x.shape[2], x.stride(0), x.stride(1), BLOCK_T=tiles.t, BLOCK_D=tiles.d,
         num_warps=tiles.warps)
     return ys
@@ -176,7 +176,7 @@ def token_shift_backward(dys, x, mixes, tiles: Tiles) -> tuple[torch.Tensor, tor
     # a mix without a gradient writes no partial sums: its rows must start at zero
     new = torch.zeros if any(dy is None for dy in dys) else torch.empty
     partial = new(grid[0] * grid[2], *mixes.shape, dtype=torch.float32, device=x.device)
-    _backward_kernel[grid](
+    _token_shift_backward_kernel[grid](
         x, mixes, *_slots(dys), dx, partial, x.shape[1], x.shape[2], x.stride(0), x.stride(1), partial.stride(0),
         per_program, BLOCK_T=tiles.t, BLOCK_D=tiles.d, num_warps=tiles.warps)
     return dx, sum_first(partial).to(mixes.dtype)

@@ -155,6 +155,42 @@ def test_profile_sorts_kernels_into_kinds_of_work(kernel, kind):
     assert kind_of(kernel) == kind
 
 
+def launched_triton_kernels() -> dict[str, str]:
+    """{kernel name: module} of every Triton kernel zoo launches: the ``@triton.jit`` functions of ``zoo.kernels``
+    (under any autotune or heuristics wrapper) that their module calls with a launch grid, ``name[grid](...)``."""
+    import importlib
+    import inspect
+    import pkgutil
+    import re
+
+    import triton
+
+    import zoo.kernels
+
+    from triton.runtime.interpreter import InterpretedFunction
+
+    jitted = (triton.runtime.JITFunction, InterpretedFunction)  # the latter under TRITON_INTERPRET=1 (conftest)
+    found = {}
+    for info in pkgutil.walk_packages(zoo.kernels.__path__, "zoo.kernels."):
+        module = importlib.import_module(info.name)
+        source = inspect.getsource(module)
+        for name, obj in vars(module).items():
+            while not isinstance(obj, jitted) and hasattr(obj, "fn"):
+                obj = obj.fn
+            if isinstance(obj, jitted) and obj.fn.__module__ == info.name and re.search(rf"\b{name}\[", source):
+                found[name] = info.name
+    return found
+
+
+def test_the_profile_sorts_every_kernel_zoo_launches():
+    """A profile's kinds of work leave none of zoo's own Triton kernels under "other" (RWKV-7's chunked kernels and
+    the token shift's were there until they were named for what they do)."""
+    from zoo.bench.profile import kind_of
+    kernels = launched_triton_kernels()
+    assert {"_rwkv7_chunk_key_grads_kernel", "_token_shift_forward_kernel", "_attn_fwd"} <= kernels.keys()
+    assert {name: module for name, module in kernels.items() if kind_of(name) == "other"} == {}
+
+
 def test_the_gpus_section_warms_the_caches_before_it_times_any_count(tiny_sweep, monkeypatch, capsys):
     """On GPUs, one untimed epoch on every GPU used comes first, then each count with the asked epochs."""
     pretend_gpus(monkeypatch, 4)

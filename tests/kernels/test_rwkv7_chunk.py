@@ -18,7 +18,11 @@ W_LAYER = -W_SCALE  # the RWKV-7 layer's bound on its log decays
 W_EDGE = -MAX_EXPONENT / CHUNK  # the lowest bound the kernels take
 
 
-def chunk_against_naive(shape, w_low, w_high, device="cpu", launch=Launch(precision="ieee"), seed=0):
+F32 = torch.float32  # the states the chains keep, in float32: the tests of the arithmetic hold them to 1e-4
+
+
+def chunk_against_naive(shape, w_low, w_high, device="cpu", launch=Launch(precision="ieee", states_dtype=F32),
+                        seed=0):
     """(the kernels' [o, grads] in float32, the recurrence's in float64 on the same values)."""
     xs = layer_inputs(*shape, w_low, w_high, device=device, seed=seed)
     do = torch.randn(*shape[:3], shape[4], generator=torch.Generator().manual_seed(seed + 1)).to(device)
@@ -41,7 +45,8 @@ def chunk_against_naive(shape, w_low, w_high, device="cpu", launch=Launch(precis
 def test_chunks_match_naive(shape, w_low, w_high, block_v):
     """With 16 value columns a program, V = 32 and 20 take two programs a head in the chains through the
     chunks."""
-    got, want = chunk_against_naive(shape, w_low, w_high, launch=Launch(block_v=block_v, precision="ieee"))
+    got, want = chunk_against_naive(shape, w_low, w_high, launch=Launch(block_v=block_v, precision="ieee",
+                                                                                     states_dtype=F32))
     assert got[0].dtype == torch.float32
     assert_matches(got, want, rtol=1e-4, atol=1e-4)
 
@@ -50,7 +55,7 @@ def test_key_blocks_match_naive():
     """The key side's gradients by blocks of 16 key columns: K = 40 pads to 64, so four programs a chunk, the third
     with 8 real columns and the fourth with none; V = 24 in two value blocks of the chains."""
     got, want = chunk_against_naive((2, 19, 2, 40, 24), W_LAYER, -0.01,
-                                    launch=Launch(block_v=16, precision="ieee", grads_block_k=16))
+                                    launch=Launch(block_v=16, precision="ieee", grads_block_k=16, states_dtype=F32))
     assert_matches(got, want, rtol=1e-4, atol=1e-4)
 
 
@@ -58,8 +63,24 @@ def test_the_inverse_in_float32_matches_naive():
     """T's products as "ieee" rather than the default "tf32x3" (the interpreter computes both in float32): the
     launch reaches the kernel, whose result holds."""
     got, want = chunk_against_naive((2, 19, 2, 16, 32), W_LAYER, -0.01,
-                                    launch=Launch(precision="ieee", inverse_precision="ieee"))
+                                    launch=Launch(precision="ieee", inverse_precision="ieee", states_dtype=F32))
     assert_matches(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_states_kept_in_bf16_round_only_the_key_sides_gradients():
+    """``states_dtype=torch.bfloat16`` (the default) keeps each chunk's S_0, SA, dS_C and dY in bf16: o and dv are
+    the float32 states' to the bit (the chains walk in float32 and round only what they store); the key side's
+    gradients, made from the stored values, carry bf16's rounding (within 1e-2 of each one's largest value)."""
+    assert LAUNCH.states_dtype == torch.bfloat16
+    shape, launch = (2, 40, 2, 16, 32), Launch(precision="ieee", states_dtype=F32)
+    exact, want = chunk_against_naive(shape, W_LAYER, -0.01, launch=launch)
+    got, _ = chunk_against_naive(shape, W_LAYER, -0.01, launch=launch._replace(states_dtype=torch.bfloat16))
+    for name, g, e, w in zip(NAMES, got, exact, want):
+        if name in ("o", "v"):
+            assert torch.equal(g, e), name
+        else:
+            assert not torch.equal(g, e), name
+            assert (g.double() - w).abs().max() <= 1e-2 * w.abs().max(), name
 
 
 def test_chunks_are_bit_reproducible():
@@ -92,7 +113,9 @@ def test_rwkv7_dispatches_the_chunks_by_name_and_refuses_unbounded_decays():
                                            (Launch(64, "tf32"), "launch.num_warps 'tf32'"),
                                            (Launch(inverse_precision="tf32"), "launch.inverse_precision 'tf32'"),
                                            (Launch(grads_warps=3), "launch.grads_warps 3"),
-                                           (Launch(intra_warps=0), "launch.intra_warps 0")])
+                                           (Launch(intra_warps=0), "launch.intra_warps 0"),
+                                           (Launch(states_dtype=torch.float16),
+                                            "launch.states_dtype=torch.float16 is not valid")])
 def test_launch_is_checked(launch, match):
     with pytest.raises(ValueError, match=match):
         rwkv7_chunk(*layer_inputs(1, 4, 1, 16, 16, W_LAYER, -0.01), launch=launch)
@@ -121,11 +144,12 @@ def assert_within(got, want, tol, what):
 @pytest.mark.parametrize("block_v", [64, 16])
 @pytest.mark.parametrize("shape", [(3, 130, 2, 64, 64), (2, 77, 3, 32, 64)])
 def test_chunks_match_naive_on_gpu(shape, block_v, precision, tol):
-    """float32 inputs on the GPU at the model's head size, against the step-by-step recurrence (float32); tf32
-    matmuls within a relative 1e-2 of each tensor's largest value."""
+    """float32 inputs on the GPU at the model's head size, against the step-by-step recurrence (float32), float32
+    states kept; tf32 matmuls within a relative 1e-2 of each tensor's largest value."""
     xs = layer_inputs(*shape, w_low=W_LAYER, w_high=-1e-4, device="cuda")
     do = torch.randn(*shape[:3], shape[4], device="cuda")
-    got = grads(lambda *x: rwkv7_chunk(*x, launch=Launch(block_v=block_v, precision=precision)), xs, do)
+    launch = Launch(block_v=block_v, precision=precision, states_dtype=F32)
+    got = grads(lambda *x: rwkv7_chunk(*x, launch=launch), xs, do)
     assert_within(got, grads(rwkv7_naive, xs, do), tol, precision)
 
 
@@ -133,10 +157,10 @@ def test_chunks_match_naive_on_gpu(shape, block_v, precision, tol):
 @pytest.mark.parametrize("launch", [
     LAUNCH, Launch(inverse_precision="ieee", intra_warps=4), Launch(num_warps=4, intra_warps=None, grads_warps=None),
     Launch(num_warps=8, intra_warps=8, grads_warps=8), Launch(num_warps=1, intra_warps=2, grads_warps=2),
-    Launch(grads_block_k=16), Launch(grads_block_k=64, grads_warps=8)], ids=str)
+    Launch(grads_block_k=16), Launch(grads_block_k=64, grads_warps=8), Launch(states_dtype=F32)], ids=str)
 def test_each_launch_matches_naive_on_gpu(launch):
-    """The dispatcher's launch and others (each kernel's warps, T by three tf32 products) at the model's head size,
-    within tf32's tolerance of the float32 recurrence."""
+    """The dispatcher's launch and others (each kernel's warps, T by three tf32 products, float32 states) at the
+    model's head size, within tf32's tolerance of the float32 recurrence."""
     xs = layer_inputs(3, 130, 2, 64, 64, w_low=W_LAYER, w_high=-1e-4, device="cuda")
     do = torch.randn(3, 130, 2, 64, device="cuda")
     got = grads(lambda *x: rwkv7_chunk(*x, launch=launch), xs, do)

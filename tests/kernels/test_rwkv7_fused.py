@@ -1,13 +1,15 @@
 """RWKV-7's Triton fused recurrence in its three modes (every state stored, every other state stored, chunked states
 recomputed) against the step-by-step recurrence: values and all six gradients, strong and weak decays, launch choices, bit-reproducibility;
 and on a GPU, ``rwkv7(..., backend="auto")`` in bf16 at the model's head size against the chunked form."""
+from functools import partial
+
 import pytest
 import torch
 import torch.nn.functional as F
 
 from zoo.kernels import backend
 from zoo.kernels.rwkv7 import fused_recurrent, rwkv7
-from zoo.kernels.rwkv7.chunk import rwkv7_chunk
+from zoo.kernels.rwkv7.chunk import Launch as ChunkLaunch, rwkv7_chunk
 from zoo.kernels.rwkv7.chunked import rwkv7_chunked
 from zoo.kernels.rwkv7.fused_recurrent import rwkv7_fused
 from zoo.kernels.rwkv7.naive import rwkv7_naive, rwkv7_recurrence
@@ -127,11 +129,13 @@ def test_triton_rejects_an_unknown_states_mode():
         rwkv7_fused(*layer_inputs(1, 3, 1, 4, 4), launch=fused_recurrent.Launch(states="every"))
 
 
-@pytest.mark.parametrize("kernel", [rwkv7_fused, rwkv7_chunk], ids=["fused", "chunk"])
+@pytest.mark.parametrize("kernel", [rwkv7_fused, partial(rwkv7_chunk, launch=ChunkLaunch(states_dtype=torch.float32))],
+                         ids=["fused", "chunk"])
 def test_triton_takes_strided_low_precision_views(kernel):
     """r, k, v as slices of one bf16 projection (the fused kernel reads them in place, the chunked ones copy them
     contiguous): the output is float32 and the gradients come back in bf16, matching the recurrence on the same
-    values. L = 18 crosses a chunk boundary; the decays lie in the layer's range, which the chunked kernels need."""
+    values. L = 18 crosses a chunk boundary; the decays lie in the layer's range, which the chunked kernels need
+    (their states kept in float32 here: bf16 states' rounding is ``test_rwkv7_chunk.py``'s)."""
     B, L, H, K = 2, 18, 2, 8
     g = torch.Generator().manual_seed(3)
     rkv = torch.randn(B, L, H, 3 * K, generator=g).bfloat16().requires_grad_()

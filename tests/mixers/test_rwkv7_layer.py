@@ -29,23 +29,23 @@ def layer_inputs(first: bool, device="cpu", dtype=torch.float32, B=2, L=8, D=32,
     """recurrence_inputs's arguments (the later layers' v_first and v_raw unless ``first``) and read_out's tensors."""
     torch.manual_seed(0)
     t = lambda *shape: torch.randn(*shape, device=device, dtype=dtype)  # noqa: E731
-    k, w_raw, a_raw, v = t(B, L, D), t(B, L, D), t(B, L, D), t(B, L, D)
+    r, k, w_raw, a_raw, v = t(B, L, D), t(B, L, D), t(B, L, D), t(B, L, D), t(B, L, D)
     v_first, v_raw = (None, None) if first else (t(B, L, D), t(B, L, D))
     w_bias, a_bias, v_bias, k_k, k_a = (torch.randn(D, device=device) for _ in range(5))
-    inputs = (k, w_raw, w_bias, a_raw, a_bias, v, v_first, v_raw, None if first else v_bias, k_k, k_a)
-    o, r, g = t(B, L, H, D // H).float(), t(B, L, H, D // H), t(B, L, D)
-    return inputs, (o, r, g, torch.randn(H, D // H, device=device), torch.rand(D, device=device) + 0.5,
-                    torch.randn(D, device=device))
+    inputs = (r, k, w_raw, w_bias, a_raw, a_bias, v, v_first, v_raw, None if first else v_bias, k_k, k_a,
+              torch.randn(H, D // H, device=device))
+    o, g = t(B, L, H, D // H).float(), t(B, L, D)
+    return inputs, (o, g, torch.rand(D, device=device) + 0.5, torch.randn(D, device=device))
 
 
-def run_layer_math(inputs_fn, read_out_fn, inputs, outs, H=2):
+def run_layer_math(inputs_fn, read_out_fn, inputs, outs):
     """The recurrence inputs and a read-out of them (with the recurrence's output o standing in), and the gradients
     of a fixed projection of everything with respect to every tensor."""
     leaves = [t.detach().requires_grad_() if t is not None else None for t in inputs + outs]
-    *recurrence_args, o, r, g, r_k, weight, bias = leaves
-    w, k2, v2, a, b = inputs_fn(*recurrence_args, H)
-    y = read_out_fn(o, r, k2, v2, g, r_k, weight, bias, 1e-5, torch.float32)
-    results = (w, k2, v2, a, b, y)
+    *recurrence_args, o, g, weight, bias = leaves
+    w, k2, v2, a, b, bonus = inputs_fn(*recurrence_args)
+    y = read_out_fn(o, bonus, g, weight, bias, 1e-5, torch.float32)
+    results = (w, k2, v2, a, b, bonus, y)
     torch.manual_seed(1)
     loss = sum((t.float() * torch.randn(t.shape, device=t.device)).sum() for t in results)
     grads = torch.autograd.grad(loss, [t for t in leaves if t is not None])

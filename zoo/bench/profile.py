@@ -48,7 +48,8 @@ KINDS = {
     "norm": r"norm",
     "embedding": r"embedding|sorted_sum|radix|sort|index_put|scatter|gather",
     "matmul": r"gemm|gemv|cutlass|xmma|nvjet|cublas|magma|sm\d+_",
-    "elementwise / reduction": r"elementwise|vectorized|unrolled|reduce|column_sum|copy|fill|cat|where|triton_",
+    "elementwise / reduction": r"elementwise|vectorized|unrolled|reduce|column_sum|sum_rows|sum_blocks|copy|fill|cat|"
+                               r"where|token_shift|implicit_filter|triton_",
 }
 
 

@@ -69,42 +69,46 @@ def default_rank(d_model: int, head_dim: int, scale: float, per_head: bool = Tru
     return max(32, int(round(scale * d_model ** 0.5 * factor / 32) * 32))
 
 
-def recurrence_inputs(k: torch.Tensor, w_raw: torch.Tensor, w_bias: torch.Tensor, a_raw: torch.Tensor,
-                      a_bias: torch.Tensor, v: torch.Tensor, v_first: torch.Tensor | None, v_raw: torch.Tensor | None,
-                      v_bias: torch.Tensor | None, k_k: torch.Tensor, k_a: torch.Tensor,
-                      n_heads: int) -> tuple[torch.Tensor, ...]:
-    """The recurrence's w, k, v, a, b [B, L, H, K] from the layer's projections [B, L, D]: the key ``k``, the decay
-    and in-context-learning-rate LoRAs' outputs before their biases, ``w_raw`` and ``a_raw``, the value ``v``; after
-    layer 0 also layer 0's value ``v_first`` and the value-mix LoRA's output ``v_raw`` before its bias (None in layer
-    0). The biases ``w_bias``, ``a_bias``, ``v_bias``, ``k_k``, ``k_a``: [D].
+def recurrence_inputs(r: torch.Tensor, k: torch.Tensor, w_raw: torch.Tensor, w_bias: torch.Tensor,
+                      a_raw: torch.Tensor, a_bias: torch.Tensor, v: torch.Tensor, v_first: torch.Tensor | None,
+                      v_raw: torch.Tensor | None, v_bias: torch.Tensor | None, k_k: torch.Tensor, k_a: torch.Tensor,
+                      r_k: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """The recurrence's w, k, v, a, b [B, L, H, K] and the current token's "bonus" [B, L, H, V] (float32) from the
+    layer's projections [B, L, D]: the receptance ``r``, the key ``k``, the decay and in-context-learning-rate LoRAs'
+    outputs before their biases, ``w_raw`` and ``a_raw``, the value ``v``; after layer 0 also layer 0's value
+    ``v_first`` and the value-mix LoRA's output ``v_raw`` before its bias (None in layer 0). The biases ``w_bias``,
+    ``a_bias``, ``v_bias``, ``k_k``, ``k_a``: [D]; ``r_k`` [H, K] (H heads of K).
 
     w = -W_SCALE sigmoid(w_raw + w_bias) (float32); the value mixed towards ``v_first`` by sigmoid(v_raw + v_bias);
     iclr = sigmoid(a_raw + a_bias); kk, the key scaled by ``k_k`` and normalised per head, gives a = -kk and
-    b = kk * iclr; the key is scaled by 1 + (iclr - 1) k_a. The biases are added here, in float32, rather than in
-    the LoRAs: compiled, their gradients' sums over B * L rows fuse into this function's backward kernels.
+    b = kk * iclr; the key is scaled by 1 + (iclr - 1) k_a; the bonus is ((r * k * r_k) summed over K) * v, with
+    that key and value. The biases are added here, in float32, rather than in the LoRAs: compiled, their gradients'
+    sums over B * L rows fuse into this function's backward kernels. So does the bonus's part of the key's and the
+    value's gradients, which autograd would otherwise add to the recurrence's in kernels of their own.
     """
     Bt, L, D = k.shape
-    heads = (Bt, L, n_heads, D // n_heads)
+    H, K = r_k.shape
+    heads = (Bt, L, H, K)
     w = -W_SCALE * torch.sigmoid(w_raw.float() + w_bias)
     if v_raw is not None:
         v = torch.lerp(v, v_first, torch.sigmoid(v_raw.float() + v_bias).to(v.dtype))
     iclr = torch.sigmoid(a_raw.float() + a_bias).to(a_raw.dtype)
     kk = F.normalize((k * k_k).view(heads).float(), dim=-1).to(k.dtype)
-    k = k * (1 + (iclr - 1) * k_a)
-    return w.view(heads), k.view(heads), v.view(heads), -kk, kk * iclr.view(heads)
+    k = (k * (1 + (iclr - 1) * k_a)).view(heads)
+    v = v.view(heads)
+    bonus = (r.view(heads) * k * r_k).sum(-1, keepdim=True).float() * v.float()
+    return w.view(heads), k, v, -kk, kk * iclr.view(heads), bonus
 
 
-def read_out(o: torch.Tensor, r: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
-             r_k: torch.Tensor, norm_weight: torch.Tensor, norm_bias: torch.Tensor, eps: float,
-             out_dtype: torch.dtype) -> torch.Tensor:
+def read_out(o: torch.Tensor, bonus: torch.Tensor, g: torch.Tensor, norm_weight: torch.Tensor,
+             norm_bias: torch.Tensor, eps: float, out_dtype: torch.dtype) -> torch.Tensor:
     """The recurrence's output o [B, L, H, V] -> [B, L, D] in ``out_dtype``, before the output projection: each
     head's o layer-normed (the output GroupNorm, one group per head: ``norm_weight``, ``norm_bias`` [D]), plus the
-    current token's "bonus" ((r * k * r_k) summed over K) * v, times the output gate ``g`` [B, L, D]; r, k, v
-    [B, L, H, K], r_k [H, K]. Float32 math."""
-    H, K = r_k.shape
+    current token's ``bonus`` [B, L, H, V] (``recurrence_inputs``), times the output gate ``g`` [B, L, D]. Float32
+    math."""
+    H, K = o.shape[-2:]
     o = F.layer_norm(o.float(), (K,), eps=eps) * norm_weight.view(H, K) + norm_bias.view(H, K)
-    o = o + (r * k * r_k).sum(-1, keepdim=True).float() * v.float()
-    return (o.flatten(2) * g.float()).to(out_dtype)
+    return ((o + bonus).flatten(2) * g.float()).to(out_dtype)
 
 
 RECURRENCE_INPUTS_COMPILED = Compiled(recurrence_inputs, "RWKV-7's recurrence inputs")
@@ -205,15 +209,15 @@ class RWKV7(nn.Module):
         else:
             v_first = v if layer_state is None else layer_state.setdefault("v_first", v)
             v_raw, v_bias = self.v_lora.low_rank(xv), self.v_lora.bias
-        w, k, v, a, b = compiled_in_training(
-            RECURRENCE_INPUTS_COMPILED, k, self.w_lora.low_rank(xw), self.w_lora.bias, self.a_lora.low_rank(xa),
-            self.a_lora.bias, v, v_first, v_raw, v_bias, self.k_k, self.k_a, H)
-        r = r.view(Bt, L, H, K)
-        o = rwkv7(r, w, k, v, a, b, w_min=-W_SCALE)
+        w, k, v, a, b, bonus = compiled_in_training(
+            RECURRENCE_INPUTS_COMPILED, r, k, self.w_lora.low_rank(xw), self.w_lora.bias, self.a_lora.low_rank(xa),
+            self.a_lora.bias, v, v_first, v_raw, v_bias, self.k_k, self.k_a, self.r_k)
+        o = rwkv7(r.view(Bt, L, H, K), w, k, v, a, b, w_min=-W_SCALE)
         # the output GroupNorm as a LayerNorm over each head's K values, with the per-channel affine after it (PyTorch's
-        # GroupNorm backward for its weight and bias was the slowest kernel of this layer's step on an H100)
-        y = compiled_in_training(READ_OUT_COMPILED, o, r, k, v, self.g_lora(xg), self.r_k,
-                                 self.g_norm.weight, self.g_norm.bias, self.g_norm.eps, x.dtype)
+        # GroupNorm backward for its weight and bias was the slowest kernel of this layer's step on an H100); written
+        # in the dtype the output projection reads under autocast (no cast kernel there, none for its input's gradient)
+        y = compiled_in_training(READ_OUT_COMPILED, o, bonus, self.g_lora(xg), self.g_norm.weight, self.g_norm.bias,
+                                 self.g_norm.eps, matmul_dtype(x) or x.dtype)
         return self.o_proj(y)
 
     def state_size(self, seq_len: int) -> int:
