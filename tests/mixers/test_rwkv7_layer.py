@@ -43,9 +43,9 @@ def run_layer_math(inputs_fn, read_out_fn, inputs, outs):
     of a fixed projection of everything with respect to every tensor."""
     leaves = [t.detach().requires_grad_() if t is not None else None for t in inputs + outs]
     *recurrence_args, o, g, weight, bias = leaves
-    r2, w, k2, v2, a, b, bonus = inputs_fn(*recurrence_args)
+    w, k2, v2, a, b, bonus = inputs_fn(*recurrence_args)
     y = read_out_fn(o, bonus, g, weight, bias, 1e-5, torch.float32)
-    results = (r2, w, k2, v2, a, b, bonus, y)
+    results = (w, k2, v2, a, b, bonus, y)
     torch.manual_seed(1)
     loss = sum((t.float() * torch.randn(t.shape, device=t.device)).sum() for t in results)
     grads = torch.autograd.grad(loss, [t for t in leaves if t is not None])

@@ -28,7 +28,6 @@ from zoo.kernels import backend
 from zoo.kernels.autocast import matmul_dtype
 from zoo.kernels.backend import Compiled
 from zoo.kernels.linear import Linear
-from zoo.kernels.linear.split import linear_parts
 from zoo.kernels.rwkv7 import rwkv7
 from zoo.kernels.token_shift import token_shift_mix
 from zoo.errors import ConfigError
@@ -60,12 +59,7 @@ class LoRA(nn.Module):
 
     def low_rank(self, x: torch.Tensor) -> torch.Tensor:
         """The output without the bias, for a caller that adds it inside its own fused math."""
-        return self.from_down(self.down(x))
-
-    def from_down(self, h: torch.Tensor) -> torch.Tensor:
-        """``low_rank`` from the down projection's output ``h`` (..., rank), for a caller that projects x there
-        beside its other projections of x."""
-        return self.up(self.act(h))
+        return self.up(self.act(self.down(x)))
 
 
 def default_rank(d_model: int, head_dim: int, scale: float, per_head: bool = True) -> int:
@@ -79,7 +73,7 @@ def recurrence_inputs(r: torch.Tensor, k: torch.Tensor, w_raw: torch.Tensor, w_b
                       a_raw: torch.Tensor, a_bias: torch.Tensor, v: torch.Tensor, v_first: torch.Tensor | None,
                       v_raw: torch.Tensor | None, v_bias: torch.Tensor | None, k_k: torch.Tensor, k_a: torch.Tensor,
                       r_k: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """The recurrence's r, w, k, v, a, b [B, L, H, K] and the current token's "bonus" [B, L, H, V] (float32) from the
+    """The recurrence's w, k, v, a, b [B, L, H, K] and the current token's "bonus" [B, L, H, V] (float32) from the
     layer's projections [B, L, D]: the receptance ``r``, the key ``k``, the decay and in-context-learning-rate LoRAs'
     outputs before their biases, ``w_raw`` and ``a_raw``, the value ``v``; after layer 0 also layer 0's value
     ``v_first`` and the value-mix LoRA's output ``v_raw`` before its bias (None in layer 0). The biases ``w_bias``,
@@ -101,12 +95,9 @@ def recurrence_inputs(r: torch.Tensor, k: torch.Tensor, w_raw: torch.Tensor, w_b
     iclr = torch.sigmoid(a_raw.float() + a_bias).to(a_raw.dtype)
     kk = F.normalize((k * k_k).view(heads).float(), dim=-1).to(k.dtype)
     k = (k * (1 + (iclr - 1) * k_a)).view(heads)
-    # r and v as new tensors, not views of the inputs: compiled, the recurrence's gradients of them then meet the
-    # bonus's inside this function's backward kernels, where autograd would add them in kernels of their own
-    r = r.view(heads).clone()
-    v = v.view(heads).clone() if v_raw is None else v.view(heads)
-    bonus = (r * k * r_k).sum(-1, keepdim=True).float() * v.float()
-    return r, w.view(heads), k, v, -kk, kk * iclr.view(heads), bonus
+    v = v.view(heads)
+    bonus = (r.view(heads) * k * r_k).sum(-1, keepdim=True).float() * v.float()
+    return w.view(heads), k, v, -kk, kk * iclr.view(heads), bonus
 
 
 def read_out(o: torch.Tensor, bonus: torch.Tensor, g: torch.Tensor, norm_weight: torch.Tensor,
@@ -204,24 +195,24 @@ class RWKV7(nn.Module):
             nn.init.zeros_(self.o_proj.weight)
 
     def forward(self, x: torch.Tensor, layer_state: dict | None = None) -> torch.Tensor:
+        Bt, L, D = x.shape
+        H, K = self.n_heads, self.head_dim
         # the six token-shift mixes x + (x_{t-1} - x) * x_* in one pass each way (on GPU), made in the dtype the
         # projections and LoRAs they feed read under autocast
         mixes = torch.stack([self.x_r, self.x_w, self.x_k, self.x_v, self.x_a, self.x_g])
         xr, xw, xk, xv, xa, xg = token_shift_mix(x, mixes, out_dtype=matmul_dtype(x))
-        r, k = self.r_proj(xr), self.k_proj(xk)
+        r, k, v = self.r_proj(xr), self.k_proj(xk), self.v_proj(xv)
         if self.layer_idx == 0 or self.v_lora is None:
-            v = self.v_proj(xv)
             if layer_state is not None:
                 layer_state["v_first"] = v
             v_first = v_raw = v_bias = None
-        else:  # the value and the value-mix LoRA's down projection read xv in one Function: one gradient for xv
-            v, v_down = linear_parts(xv, [self.v_proj.weight, self.v_lora.down.weight])
+        else:
             v_first = v if layer_state is None else layer_state.setdefault("v_first", v)
-            v_raw, v_bias = self.v_lora.from_down(v_down), self.v_lora.bias
-        r, w, k, v, a, b, bonus = compiled_in_training(
+            v_raw, v_bias = self.v_lora.low_rank(xv), self.v_lora.bias
+        w, k, v, a, b, bonus = compiled_in_training(
             RECURRENCE_INPUTS_COMPILED, r, k, self.w_lora.low_rank(xw), self.w_lora.bias, self.a_lora.low_rank(xa),
             self.a_lora.bias, v, v_first, v_raw, v_bias, self.k_k, self.k_a, self.r_k)
-        o = rwkv7(r, w, k, v, a, b, w_min=-W_SCALE)
+        o = rwkv7(r.view(Bt, L, H, K), w, k, v, a, b, w_min=-W_SCALE)
         # the output GroupNorm as a LayerNorm over each head's K values, with the per-channel affine after it (PyTorch's
         # GroupNorm backward for its weight and bias was the slowest kernel of this layer's step on an H100); written
         # in the dtype the output projection reads under autocast (no cast kernel there, none for its input's gradient)
