@@ -288,6 +288,7 @@ RWKV7_CHUNK_LAUNCHES = list(dict.fromkeys([
     Rwkv7ChunkLaunch(), Rwkv7ChunkLaunch(states_dtype=torch.float32),
     *(Rwkv7ChunkLaunch(block_v, warps) for block_v in (32, 64) for warps in (1, 2, 4)),
     *(Rwkv7ChunkLaunch(grads_block_k=block_k, grads_warps=warps) for block_k in (16, 32, 64) for warps in (2, 4, 8)),
+    *(Rwkv7ChunkLaunch(grads_block_v=block_v) for block_v in (16, 32)),
     Rwkv7ChunkLaunch(inverse_precision="ieee", intra_warps=None), Rwkv7ChunkLaunch(precision="ieee")]))
 
 
@@ -295,7 +296,8 @@ def chunk_launch_name(launch) -> str:
     """A chunked RWKV-7 launch in a row's words."""
     return (f"ours chunked {launch.block_v:>2d} columns, {launch.num_warps} warps, {launch.precision}; T "
             f"{launch.inverse_precision}, {launch.warps('intra_warps')}; grads {launch.grads_block_k} keys, "
-            f"{launch.warps('grads_warps')}; {STATE_WORDS[launch.states_dtype]} states")
+            f"{launch.warps('grads_warps')}, {launch.grads_block_v or 'all'} values; {STATE_WORDS[launch.states_dtype]} "
+            "states")
 
 
 STATE_WORDS = {torch.float32: "float32", torch.bfloat16: "bf16"}
@@ -339,6 +341,8 @@ RWKV7_KERNEL_LAUNCHES = {
     "chain reverse + dV": RWKV7_CHAIN_LAUNCHES,
     "key side's grads": [*(Rwkv7ChunkLaunch(grads_block_k=block_k, grads_warps=warps)
                            for block_k in (16, 32, 64) for warps in (1, 2, 4, 8)),
+                         *(Rwkv7ChunkLaunch(grads_block_k=block_k, grads_warps=warps, grads_block_v=block_v)
+                           for block_k, warps in ((64, 4), (64, 2), (32, 2), (32, 1)) for block_v in (16, 32)),
                          Rwkv7ChunkLaunch(states_dtype=torch.float32)],
 }
 
@@ -370,6 +374,7 @@ def rwkv7_kernel_rows(B, T, H, K):
     words = {"T": lambda launch: f"{launch.inverse_precision}, {launch.warps('intra_warps')} warps",
              "chain forward + O": chain_words, "chain reverse + dV": chain_words,
              "key side's grads": lambda launch: f"{launch.grads_block_k} keys, {launch.warps('grads_warps')} warps, "
+                                                f"{launch.grads_block_v or 'all'} values at a time, "
                                                 f"{STATE_WORDS[launch.states_dtype]} states"}
     rows = {}
     for kernel, launches in RWKV7_KERNEL_LAUNCHES.items():

@@ -58,9 +58,13 @@ without dV); the key side's gradients at 64 key columns 1.781 / 0.685 / 0.457 / 
 warps). At 32 value columns the chains took 0.236 and 0.225 on 2 warps, 0.261 and 0.289 on 4. T (unchanged): 0.055
 in "tf32x3" on one warp (0.091 in "ieee"; 0.126 at 4 warps), within 1.5e-7 of "ieee". Hence ``Launch``'s defaults: T
 in "tf32x3" on one warp, the chains on four, the key side's gradients over all 64 key columns on four. The sum of
-these kernels' times is 0.886 ms against b88a582's 0.990 measured whole. At the chains' former two warps and 32 key
-columns a gradient program the whole measured 0.343 / 1.288 ms (the kernels' sum 1.308); the whole at the defaults
-above was not measured (no machine came for it), nor was their training step.
+these kernels' times is 0.886 ms against b88a582's 0.990 measured whole. Measured whole at 4734089 (another H100, the
+kernel bench): 0.220 / 0.870 ms.
+
+Then the states kept for the key side's gradients went to bf16 (``Launch.states_dtype``; fla's chunk kernels keep
+theirs in the inputs' dtype too): each kernel alone on an H100 (the kernel bench's ``--rwkv7-kernels``, ms, bf16
+against float32 states in one process): the forward chain 0.158 against 0.172, the reverse chain 0.184 against
+0.195, the key side's gradients 0.345 against 0.454; with T's 0.049, 0.736 ms forward + backward against 0.870.
 """
 from __future__ import annotations
 
@@ -231,39 +235,56 @@ def _rwkv7_chunk_grad_states_kernel(r_ptr, w_ptr, k_ptr, a_ptr, b_ptr, do_ptr, t
 @triton.jit
 def _rwkv7_chunk_key_grads_kernel(r_ptr, w_ptr, k_ptr, v_ptr, a_ptr, b_ptr, do_ptr, states, dstates, sa_ptr, dy_ptr,
                                   dr_ptr, dw_ptr, dk_ptr, da_ptr, db_ptr, L, H, K, V, VP, BK: tl.constexpr,
-                                  BKG: tl.constexpr, BV: tl.constexpr, C: tl.constexpr, PRECISION: tl.constexpr):
+                                  BKG: tl.constexpr, BV: tl.constexpr, BVG: tl.constexpr, C: tl.constexpr,
+                                  PRECISION: tl.constexpr):
     """The key side's gradients (r, w, k, a, b) of chunk i_c at key columns kk from its S_0, dS_C, SA and dY, one
-    program per (chunk, batch and head, block of BKG key columns; all of V, BV >= V): every product contracts over
-    V, or over the chunk's steps, never over K. Written into contiguous tensors of the inputs' shapes."""
+    program per (chunk, batch and head, block of BKG key columns; all of V, BV >= V, in blocks of BVG columns): every
+    product contracts over V, or over the chunk's steps, never over K. Written into contiguous tensors of the inputs'
+    shapes."""
     i_c, i_bh, i_k = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     i_b, i_h = i_bh // H, i_bh % H
     n_chunks = tl.num_programs(0)
     kk = i_k * BKG + tl.arange(0, BKG)
-    vv = tl.arange(0, BV)
     ahat, bhat, khat, rhat, btil, ktil, cw, cwp, last, t, kmask = _chunk_rows(
         r_ptr, w_ptr, k_ptr, a_ptr, b_ptr, i_b, i_h, i_c, kk, L, H, K, C)
-    vmask = (t[:, None] < L) & (vv[None, :] < V)
-    v = _rows(v_ptr, i_b, i_h, t, vv, L, H, V, vmask)
-    do = _rows(do_ptr, i_b, i_h, t, vv, L, H, V, vmask)
     tt = tl.arange(0, C)
-    SA = tl.load(_chunk_ptrs(sa_ptr, i_bh, n_chunks, i_c, tt, vv, C, VP)).to(tl.float32)
-    dY = tl.load(_chunk_ptrs(dy_ptr, i_bh, n_chunks, i_c, tt, vv, C, VP)).to(tl.float32)
-    S = tl.load(_chunk_ptrs(states, i_bh, n_chunks, i_c, kk, vv, BK, VP)).to(tl.float32)
-    dS = tl.load(_chunk_ptrs(dstates, i_bh, n_chunks, i_c, kk, vv, BK, VP)).to(tl.float32)
-    # the [C, C] matrices' gradients: Rb, Rk in O = r̂ S_0 + Rb SA + Rk V; A, Ak in Y = (A SA +) Ak V + â S_0
-    dRb = _lower(tl.dot(do, tl.trans(SA), input_precision=PRECISION), C, False)
-    dRk = _lower(tl.dot(do, tl.trans(v), input_precision=PRECISION), C, False)
-    dA = _lower(tl.dot(dY, tl.trans(SA), input_precision=PRECISION), C, True)
-    dAk = _lower(tl.dot(dY, tl.trans(v), input_precision=PRECISION), C, True)
-    # through S_C = diag(exp(cw_C)) S_0 + b̃^T SA + k̃^T V, then A = â b̂^T, Ak = â k̂^T, Rb = r̂ b̂^T, Rk = r̂ k̂^T
-    # and the S_0 terms of O and Y
-    dbtil = tl.dot(SA, tl.trans(dS), input_precision=PRECISION)
-    dktil = tl.dot(v, tl.trans(dS), input_precision=PRECISION)
-    St = tl.trans(S)
-    drhat = (tl.dot(do, St, input_precision=PRECISION) + tl.dot(dRb, bhat, input_precision=PRECISION)
-             + tl.dot(dRk, khat, input_precision=PRECISION))
-    dahat = (tl.dot(dY, St, input_precision=PRECISION) + tl.dot(dA, bhat, input_precision=PRECISION)
-             + tl.dot(dAk, khat, input_precision=PRECISION))
+    # the products that contract over V, summed over its blocks: the [C, C] matrices' gradients (Rb, Rk in
+    # O = r̂ S_0 + Rb SA + Rk V; A, Ak in Y = (A SA +) Ak V + â S_0), b̃'s and k̃'s (through S_C = diag(exp(cw_C)) S_0
+    # + b̃^T SA + k̃^T V), the S_0 terms of r̂'s and â's (through O and Y), and S_0's and dS_C's product for cw_C
+    dRb = tl.zeros((C, C), dtype=tl.float32)
+    dRk = tl.zeros((C, C), dtype=tl.float32)
+    dA = tl.zeros((C, C), dtype=tl.float32)
+    dAk = tl.zeros((C, C), dtype=tl.float32)
+    dbtil = tl.zeros((C, BKG), dtype=tl.float32)
+    dktil = tl.zeros((C, BKG), dtype=tl.float32)
+    drhat = tl.zeros((C, BKG), dtype=tl.float32)
+    dahat = tl.zeros((C, BKG), dtype=tl.float32)
+    sdS = tl.zeros((BKG,), dtype=tl.float32)
+    for i_v in range(0, BV, BVG):
+        vv = i_v + tl.arange(0, BVG)
+        vmask = (t[:, None] < L) & (vv[None, :] < V)
+        v = _rows(v_ptr, i_b, i_h, t, vv, L, H, V, vmask)
+        do = _rows(do_ptr, i_b, i_h, t, vv, L, H, V, vmask)
+        SA = tl.load(_chunk_ptrs(sa_ptr, i_bh, n_chunks, i_c, tt, vv, C, VP)).to(tl.float32)
+        dY = tl.load(_chunk_ptrs(dy_ptr, i_bh, n_chunks, i_c, tt, vv, C, VP)).to(tl.float32)
+        S = tl.load(_chunk_ptrs(states, i_bh, n_chunks, i_c, kk, vv, BK, VP)).to(tl.float32)
+        dS = tl.load(_chunk_ptrs(dstates, i_bh, n_chunks, i_c, kk, vv, BK, VP)).to(tl.float32)
+        dRb += tl.dot(do, tl.trans(SA), input_precision=PRECISION)
+        dRk += tl.dot(do, tl.trans(v), input_precision=PRECISION)
+        dA += tl.dot(dY, tl.trans(SA), input_precision=PRECISION)
+        dAk += tl.dot(dY, tl.trans(v), input_precision=PRECISION)
+        dbtil += tl.dot(SA, tl.trans(dS), input_precision=PRECISION)
+        dktil += tl.dot(v, tl.trans(dS), input_precision=PRECISION)
+        drhat += tl.dot(do, tl.trans(S), input_precision=PRECISION)
+        dahat += tl.dot(dY, tl.trans(S), input_precision=PRECISION)
+        sdS += tl.sum(dS * S, axis=1)
+    dRb = _lower(dRb, C, False)
+    dRk = _lower(dRk, C, False)
+    dA = _lower(dA, C, True)
+    dAk = _lower(dAk, C, True)
+    # then A = â b̂^T, Ak = â k̂^T, Rb = r̂ b̂^T, Rk = r̂ k̂^T
+    drhat += tl.dot(dRb, bhat, input_precision=PRECISION) + tl.dot(dRk, khat, input_precision=PRECISION)
+    dahat += tl.dot(dA, bhat, input_precision=PRECISION) + tl.dot(dAk, khat, input_precision=PRECISION)
     dbhat = (tl.dot(tl.trans(dA), ahat, input_precision=PRECISION)
              + tl.dot(tl.trans(dRb), rhat, input_precision=PRECISION))
     dkhat = (tl.dot(tl.trans(dAk), ahat, input_precision=PRECISION)
@@ -272,7 +293,7 @@ def _rwkv7_chunk_key_grads_kernel(r_ptr, w_ptr, k_ptr, v_ptr, a_ptr, b_ptr, do_p
     ahat_d = dahat * ahat
     tilde_d = dbtil * btil + dktil * ktil
     dcw = drhat * rhat - dbhat * bhat - dkhat * khat - tilde_d
-    dlast = tl.exp(last) * tl.sum(dS * S, axis=1) + tl.sum(tilde_d, axis=0)
+    dlast = tl.exp(last) * sdS + tl.sum(tilde_d, axis=0)
     # cw_t sums w up to t, cw_{t-1} before t, cw_C the whole chunk
     dw = tl.cumsum(dcw, axis=0, reverse=True) + tl.cumsum(ahat_d, axis=0, reverse=True) - ahat_d + dlast[None, :]
     back = tl.exp(-cw)
@@ -289,9 +310,11 @@ class Launch(NamedTuple):
     two, at least 16), warps per program of the chains, the matmuls' precision ("tf32" or "ieee"), T's precision
     ("ieee", or "tf32x3": three tf32 products, float32's accuracy), the warps of T's kernel and of the key side's
     gradients' (None: the chains'), the key columns per program of the key side's gradients (a power of two, at
-    least 16; K padded where that is fewer), and the dtype of what the chains keep for the key side's gradients
+    least 16; K padded where that is fewer), the dtype of what the chains keep for the key side's gradients
     (``states_dtype``: each chunk's S_0, SA, dS_C and dY; float32, or bf16 for half their bytes, as fla's chunk
-    kernels keep theirs: the chains walk in float32 and round only what they store, so o and dv do not change)."""
+    kernels keep theirs: the chains walk in float32 and round only what they store, so o and dv do not change), and
+    the value columns the key side's gradients read at a time, summing their products over V block by block (a
+    power of two, at least 16; None: all of V at once)."""
     block_v: int = 64
     num_warps: int = 4
     precision: str = "tf32"
@@ -300,6 +323,7 @@ class Launch(NamedTuple):
     grads_warps: int | None = 4
     grads_block_k: int = 64
     states_dtype: torch.dtype = torch.bfloat16
+    grads_block_v: int | None = None
 
     def warps(self, field: str) -> int:
         """Warps of T's kernel ("intra_warps") or the gradients' ("grads_warps"): its own field, else the chains'."""
@@ -318,10 +342,13 @@ def check_launch(launch: Launch) -> None:
     if launch.inverse_precision not in ("ieee", "tf32x3"):
         raise ValueError(f"rwkv7_chunk: launch.inverse_precision {launch.inverse_precision!r}, expected 'ieee' or "
                          "'tf32x3'")
-    for field in ("block_v", "grads_block_k"):
+    for field in ("block_v", "grads_block_k", "grads_block_v"):
         size = getattr(launch, field)
+        if size is None and field == "grads_block_v":
+            continue
         if not isinstance(size, int) or size < 16 or size & (size - 1):
-            raise ValueError(f"rwkv7_chunk: launch.{field} {size!r}, expected a power of two >= 16")
+            raise ValueError(f"rwkv7_chunk: launch.{field} {size!r}, expected a power of two >= 16"
+                             + (" or None" if field == "grads_block_v" else ""))
     for field in ("num_warps", "intra_warps", "grads_warps"):
         warps = getattr(launch, field)
         if warps is None and field != "num_warps":
@@ -390,7 +417,8 @@ def key_grads(r, w, k, v, a, b, do, states, dstates, SA, dY, launch: Launch = LA
     dr, dw, dk, da, db = (torch.empty_like(x) for x in (r, w, k, a, b))
     _rwkv7_chunk_key_grads_kernel[(n_chunks, Bsz * H, BK // BKG)](r, w, k, v, a, b, do, states, dstates, SA, dY, dr, dw,
                                                                   dk, da, db, L, H, K, V, VP, BK=BK, BKG=BKG, BV=VP,
-                                                                  C=CHUNK, PRECISION=launch.precision,
+                                                                  BVG=min(VP, launch.grads_block_v or VP), C=CHUNK,
+                                                                  PRECISION=launch.precision,
                                                                   num_warps=launch.warps("grads_warps"))
     return dr, dw, dk, da, db
 

@@ -59,6 +59,18 @@ def test_key_blocks_match_naive():
     assert_matches(got, want, rtol=1e-4, atol=1e-4)
 
 
+def test_value_blocks_of_the_key_sides_gradients_match_naive():
+    """The key side's gradients summing their products over V in blocks of 16 value columns: V = 40 pads to 64, so
+    four blocks, the third with 8 real columns and the fourth with none; as one block of all 64 they are the same
+    sums in another order."""
+    shape = (2, 19, 2, 16, 40)
+    launch = Launch(block_v=16, precision="ieee", grads_block_v=16, states_dtype=F32)
+    got, want = chunk_against_naive(shape, W_LAYER, -0.01, launch=launch)
+    assert_matches(got, want, rtol=1e-4, atol=1e-4)
+    whole, _ = chunk_against_naive(shape, W_LAYER, -0.01, launch=launch._replace(grads_block_v=None))
+    assert torch.equal(got[4], whole[4]) and torch.equal(got[0], whole[0])  # v's gradient and o: the chains'
+
+
 def test_the_inverse_in_float32_matches_naive():
     """T's products as "ieee" rather than the default "tf32x3" (the interpreter computes both in float32): the
     launch reaches the kernel, whose result holds."""
@@ -110,6 +122,7 @@ def test_rwkv7_dispatches_the_chunks_by_name_and_refuses_unbounded_decays():
                                            (Launch(block_v=24), "launch.block_v 24"),
                                            (Launch(block_v=8), "launch.block_v 8"),
                                            (Launch(grads_block_k=8), "launch.grads_block_k 8"),
+                                           (Launch(grads_block_v=48), "launch.grads_block_v 48"),
                                            (Launch(64, "tf32"), "launch.num_warps 'tf32'"),
                                            (Launch(inverse_precision="tf32"), "launch.inverse_precision 'tf32'"),
                                            (Launch(grads_warps=3), "launch.grads_warps 3"),
@@ -157,7 +170,8 @@ def test_chunks_match_naive_on_gpu(shape, block_v, precision, tol):
 @pytest.mark.parametrize("launch", [
     LAUNCH, Launch(inverse_precision="ieee", intra_warps=4), Launch(num_warps=4, intra_warps=None, grads_warps=None),
     Launch(num_warps=8, intra_warps=8, grads_warps=8), Launch(num_warps=1, intra_warps=2, grads_warps=2),
-    Launch(grads_block_k=16), Launch(grads_block_k=64, grads_warps=8), Launch(states_dtype=F32)], ids=str)
+    Launch(grads_block_k=16), Launch(grads_block_k=64, grads_warps=8), Launch(states_dtype=F32),
+    Launch(grads_block_v=16), Launch(grads_block_k=32, grads_warps=2, grads_block_v=32)], ids=str)
 def test_each_launch_matches_naive_on_gpu(launch):
     """The dispatcher's launch and others (each kernel's warps, T by three tf32 products, float32 states) at the
     model's head size, within tf32's tolerance of the float32 recurrence."""
