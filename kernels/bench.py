@@ -288,7 +288,7 @@ RWKV7_CHUNK_LAUNCHES = list(dict.fromkeys([
     Rwkv7ChunkLaunch(), Rwkv7ChunkLaunch(states_dtype=torch.float32),
     *(Rwkv7ChunkLaunch(block_v, warps) for block_v in (32, 64) for warps in (1, 2, 4)),
     *(Rwkv7ChunkLaunch(grads_block_k=block_k, grads_warps=warps) for block_k in (16, 32, 64) for warps in (2, 4, 8)),
-    *(Rwkv7ChunkLaunch(grads_block_v=block_v) for block_v in (16, 32)),
+    *(Rwkv7ChunkLaunch(grads_block_v=block_v) for block_v in (16, None)),
     Rwkv7ChunkLaunch(inverse_precision="ieee", intra_warps=None), Rwkv7ChunkLaunch(precision="ieee")]))
 
 
@@ -329,8 +329,8 @@ def rwkv7_rows(B, T, H, K):
 
 
 # each chunked kernel alone: T's precision and warps; the chains' value columns and warps (both chains the same
-# launches); the key side's gradients' key columns and warps; the chains and the key side's gradients with the states
-# kept in float32
+# launches); the key side's gradients' key columns, warps and value columns at a time; the chains and the key side's
+# gradients with the states kept in float32
 RWKV7_CHAIN_LAUNCHES = [*(Rwkv7ChunkLaunch(block_v, warps)
                           for block_v, warps in ((64, 1), (64, 2), (64, 4), (64, 8), (32, 2), (32, 4))),
                         Rwkv7ChunkLaunch(states_dtype=torch.float32)]
@@ -339,10 +339,10 @@ RWKV7_KERNEL_LAUNCHES = {
           for precision in ("tf32x3", "ieee") for warps in (1, 2, 4)],
     "chain forward + O": RWKV7_CHAIN_LAUNCHES,
     "chain reverse + dV": RWKV7_CHAIN_LAUNCHES,
-    "key side's grads": [*(Rwkv7ChunkLaunch(grads_block_k=block_k, grads_warps=warps)
-                           for block_k in (16, 32, 64) for warps in (1, 2, 4, 8)),
-                         *(Rwkv7ChunkLaunch(grads_block_k=block_k, grads_warps=warps, grads_block_v=block_v)
-                           for block_k, warps in ((64, 4), (64, 2), (32, 2), (32, 1)) for block_v in (16, 32)),
+    "key side's grads": [*(Rwkv7ChunkLaunch(grads_block_k=block_k, grads_warps=warps, grads_block_v=block_v)
+                           for block_k in (16, 32, 64) for warps in (1, 2, 4, 8) for block_v in (32, None)),
+                         *(Rwkv7ChunkLaunch(grads_block_k=block_k, grads_warps=warps, grads_block_v=16)
+                           for block_k, warps in ((64, 4), (64, 2), (32, 2), (32, 1))),
                          Rwkv7ChunkLaunch(states_dtype=torch.float32)],
 }
 

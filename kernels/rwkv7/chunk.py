@@ -65,6 +65,11 @@ Then the states kept for the key side's gradients went to bf16 (``Launch.states_
 theirs in the inputs' dtype too): each kernel alone on an H100 (the kernel bench's ``--rwkv7-kernels``, ms, bf16
 against float32 states in one process): the forward chain 0.158 against 0.172, the reverse chain 0.184 against
 0.195, the key side's gradients 0.345 against 0.454; with T's 0.049, 0.736 ms forward + backward against 0.870.
+Then the key side's gradients summed their products over V in blocks (``Launch.grads_block_v``), each holding a
+[C, BKG] accumulator per product rather than S_0's and dS_C's whole [BKG, V] tiles, ms (one H100, the kernel
+bench, one process): 64 key columns on 4 warps 0.295 by blocks of 32 values and 0.316 by 16, against 0.350 for all
+64 at once; 32 key columns on 2 warps 0.297 and 0.298 (0.354 at once); 64 on 2 warps 0.320 and 0.305. Hence the
+default, 64 key columns on 4 warps by blocks of 32 values.
 """
 from __future__ import annotations
 
@@ -323,7 +328,7 @@ class Launch(NamedTuple):
     grads_warps: int | None = 4
     grads_block_k: int = 64
     states_dtype: torch.dtype = torch.bfloat16
-    grads_block_v: int | None = None
+    grads_block_v: int | None = 32
 
     def warps(self, field: str) -> int:
         """Warps of T's kernel ("intra_warps") or the gradients' ("grads_warps"): its own field, else the chains'."""
