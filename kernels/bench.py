@@ -292,15 +292,15 @@ RWKV7_CHUNK_LAUNCHES = list(dict.fromkeys([
     Rwkv7ChunkLaunch(inverse_precision="ieee", intra_warps=None), Rwkv7ChunkLaunch(precision="ieee")]))
 
 
+STATE_WORDS = {torch.float32: "float32", torch.bfloat16: "bf16"}
+
+
 def chunk_launch_name(launch) -> str:
     """A chunked RWKV-7 launch in a row's words."""
     return (f"ours chunked {launch.block_v:>2d} columns, {launch.num_warps} warps, {launch.precision}; T "
             f"{launch.inverse_precision}, {launch.warps('intra_warps')}; grads {launch.grads_block_k} keys, "
-            f"{launch.warps('grads_warps')}, {launch.grads_block_v or 'all'} values; {STATE_WORDS[launch.states_dtype]} "
-            "states")
-
-
-STATE_WORDS = {torch.float32: "float32", torch.bfloat16: "bf16"}
+            f"{launch.warps('grads_warps')}, {launch.grads_block_v or 'all'} values; "
+            f"{STATE_WORDS[launch.states_dtype]} states")
 
 
 def rwkv7_rows(B, T, H, K):
@@ -788,7 +788,7 @@ def main(argv: list[str] | None = None):
     for B, T, H, K in filter(None, args.rwkv7_kernels):
         print(f"\nRWKV-7 chunked kernels each alone, B={B} T={T} H={H} K=V={K}, bf16 inputs, ms")
         for (kernel, name), ms in rwkv7_kernel_rows(B, T, H, K).items():
-            print(f"{kernel:20s} {name:36s} {ms:9.3f}")
+            print(f"{kernel:20s} {name:60s} {ms:9.3f}")
     for Bt, L, E, N in filter(None, args.selective_scan):
         print(f"\nselective scan, B={Bt} L={L} E={E} N={N}, bf16 inputs, D, z, dt bias, softplus")
         print_pairs(selective_scan_rows(Bt, L, E, N))

@@ -27,7 +27,8 @@ kernels split the work:
   SA and dY (a program per chunk and block of ``Launch.grads_block_k`` key columns: dA = dY SA^T is A's gradient,
   masked to its triangle; the exponentials' gradients are summed into dL/dcw, then into dw by a reverse
   cumulative sum). With dY kept, no product there contracts over K, so a program holds only its key columns' rows
-  of S_0 and dS_C.
+  of S_0 and dS_C, and it reads them ``Launch.grads_block_v`` value columns at a time, summing each product that
+  contracts over V block by block.
 
 The chains do eleven small matmuls a chunk; the rest runs a program per chunk (and key block), B H ceil(L / 16) of them.
 Kept between kernels: T, and per chunk S_0 and dS_C (B H ceil(L / C) (K, V) states each, 1/C of every state), SA and dY

@@ -45,8 +45,8 @@ def chunk_against_naive(shape, w_low, w_high, device="cpu", launch=Launch(precis
 def test_chunks_match_naive(shape, w_low, w_high, block_v):
     """With 16 value columns a program, V = 32 and 20 take two programs a head in the chains through the
     chunks."""
-    got, want = chunk_against_naive(shape, w_low, w_high, launch=Launch(block_v=block_v, precision="ieee",
-                                                                                     states_dtype=F32))
+    launch = Launch(block_v=block_v, precision="ieee", states_dtype=F32)
+    got, want = chunk_against_naive(shape, w_low, w_high, launch=launch)
     assert got[0].dtype == torch.float32
     assert_matches(got, want, rtol=1e-4, atol=1e-4)
 
