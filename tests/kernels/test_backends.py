@@ -17,6 +17,7 @@ from zoo.kernels.long_conv import long_conv
 from zoo.kernels.retention import retention
 from zoo.kernels.rwkv7 import rwkv7
 from zoo.kernels.selective_scan import selective_scan
+from zoo.kernels.shifted_linear import shifted_linear
 from zoo.kernels.ssd import ssd
 from zoo.kernels.token_shift import token_shift_mix
 from zoo.kernels.wkv4 import wkv4
@@ -61,6 +62,10 @@ ENTRIES = {
     "linear": (linear, lambda: (rand(B, T, 6), rand(5, 6), rand(5)), "linear", "naive", ["triton"]),
     "token_shift_mix": (lambda x, m, backend: torch.stack(token_shift_mix(x, m, backend=backend)),
                         lambda: (rand(B, T, 6), torch.rand(3, 6)), "token_shift_mix", "naive", ["triton"]),
+    "shifted_linear": (lambda x, m, *ws, backend: torch.cat(shifted_linear(x, m, list(ws), (0, 1, 0), backend=backend),
+                                                             -1),
+                       lambda: (rand(B, T, 6), torch.rand(2, 6), rand(3, 6), rand(4, 6), rand(2, 6)), "shifted_linear",
+                       "naive", ["folded"]),
     "cross_entropy": (cross_entropy, lambda: (rand(B * T, 11), torch.randint(0, 11, (B * T,))), "cross_entropy",
                       "naive", ["triton"]),
 }

@@ -43,9 +43,9 @@ def run_layer_math(inputs_fn, read_out_fn, inputs, outs):
     of a fixed projection of everything with respect to every tensor."""
     leaves = [t.detach().requires_grad_() if t is not None else None for t in inputs + outs]
     *recurrence_args, o, g, weight, bias = leaves
-    w, k2, v2, a, b, bonus = inputs_fn(*recurrence_args)
+    r2, w, k2, v2, a, b, bonus = inputs_fn(*recurrence_args)
     y = read_out_fn(o, bonus, g, weight, bias, 1e-5, torch.float32)
-    results = (w, k2, v2, a, b, bonus, y)
+    results = (r2, w, k2, v2, a, b, bonus, y)
     torch.manual_seed(1)
     loss = sum((t.float() * torch.randn(t.shape, device=t.device)).sum() for t in results)
     grads = torch.autograd.grad(loss, [t for t in leaves if t is not None])
@@ -97,6 +97,7 @@ def test_training_on_gpu_runs_the_compiled_layer_math(layer_idx):
                 patch("zoo.mixers.rwkv7.compiled_in_training", uncompiled) if not compiled else nullcontext():
             y = layer(x, {"v_first": v_first})
         assert backend.last_backend("rwkv7_layer") == ("compiled" if compiled else None)
+        assert backend.last_backend("shifted_linear") == "folded"
         torch.manual_seed(1)
         (y.float() * torch.randn_like(y, dtype=torch.float32)).sum().backward()
         return y.float(), {n: p.grad.float().clone() for n, p in layer.named_parameters() if p.grad is not None}

@@ -8,8 +8,9 @@ Per head, with state S: (K, V) and per-step log decay w_t < 0::
 Layer 0's values ``v_first`` travel to later layers through the model's ``layer_state`` dict and are
 mixed into their values. The recurrence is ``zoo.kernels.rwkv7.rwkv7``: fla's ``chunk_rwkv7`` on GPU (zoo's Triton
 chunked kernels where fla's chunks are unreliable: the layer's decays are bounded, w > -W_SCALE), the PyTorch
-recurrence on CPU. The six token-shift mixes of the input (x + (x_{t-1} - x) * x_*) are
-``zoo.kernels.token_shift.token_shift_mix``: one Triton kernel each way on GPU.
+recurrence on CPU. The projections of x each read one of six token-shift mixes of the input
+(x + (x_{t-1} - x) * x_*): ``zoo.kernels.shifted_linear``, on GPU one matmul of [x, x_{t-1}] with the mixes folded
+into the weights.
 The elementwise work between the projections and the recurrence (``recurrence_inputs``) and after it
 (``read_out``) is a few dozen small PyTorch ops each way; in training on a GPU each of the two runs compiled by
 ``torch.compile`` (Inductor fuses it into a few kernels; on an H100 the GPU time of the model's elementwise,
@@ -29,11 +30,14 @@ from zoo.kernels.autocast import matmul_dtype
 from zoo.kernels.backend import Compiled
 from zoo.kernels.linear import Linear
 from zoo.kernels.rwkv7 import rwkv7
-from zoo.kernels.token_shift import token_shift_mix
+from zoo.kernels.shifted_linear import shifted_linear
 from zoo.errors import ConfigError
 from zoo.mixers.registry import register_mixer
 
 W_SCALE = 0.6065306597126334  # exp(-0.5): per-step log decay lies in (-W_SCALE, 0)
+# the token-shift mix (of x_r, x_w, x_k, x_v, x_a, x_g) each projection of x reads: r, k, v, then the w, a, g
+# and (after layer 0) v LoRAs' down projections
+MIX_OF = (0, 2, 3, 1, 4, 5, 3)
 
 
 class LoRA(nn.Module):
@@ -59,7 +63,12 @@ class LoRA(nn.Module):
 
     def low_rank(self, x: torch.Tensor) -> torch.Tensor:
         """The output without the bias, for a caller that adds it inside its own fused math."""
-        return self.up(self.act(self.down(x)))
+        return self.from_down(self.down(x))
+
+    def from_down(self, h: torch.Tensor) -> torch.Tensor:
+        """The output without the bias from the down projection's output ``h`` [..., rank], for a caller that
+        projects the input itself (RWKV-7 folds its token shift into every projection of x at once)."""
+        return self.up(self.act(h))
 
 
 def default_rank(d_model: int, head_dim: int, scale: float, per_head: bool = True) -> int:
@@ -73,9 +82,9 @@ def recurrence_inputs(r: torch.Tensor, k: torch.Tensor, w_raw: torch.Tensor, w_b
                       a_raw: torch.Tensor, a_bias: torch.Tensor, v: torch.Tensor, v_first: torch.Tensor | None,
                       v_raw: torch.Tensor | None, v_bias: torch.Tensor | None, k_k: torch.Tensor, k_a: torch.Tensor,
                       r_k: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """The recurrence's w, k, v, a, b [B, L, H, K] and the current token's "bonus" [B, L, H, V] (float32) from the
-    layer's projections [B, L, D]: the receptance ``r``, the key ``k``, the decay and in-context-learning-rate LoRAs'
-    outputs before their biases, ``w_raw`` and ``a_raw``, the value ``v``; after layer 0 also layer 0's value
+    """The recurrence's r, w, k, v, a, b [B, L, H, K] (contiguous) and the current token's "bonus" [B, L, H, V]
+    (float32) from the layer's projections [B, L, D] (any strides): the receptance ``r``, the key ``k``, the decay
+    and in-context-learning-rate LoRAs' outputs before their biases, ``w_raw`` and ``a_raw``, the value ``v``; after layer 0 also layer 0's value
     ``v_first`` and the value-mix LoRA's output ``v_raw`` before its bias (None in layer 0). The biases ``w_bias``,
     ``a_bias``, ``v_bias``, ``k_k``, ``k_a``: [D]; ``r_k`` [H, K] (H heads of K).
 
@@ -84,7 +93,8 @@ def recurrence_inputs(r: torch.Tensor, k: torch.Tensor, w_raw: torch.Tensor, w_b
     b = kk * iclr; the key is scaled by 1 + (iclr - 1) k_a; the bonus is ((r * k * r_k) summed over K) * v, with
     that key and value. The biases are added here, in float32, rather than in the LoRAs: compiled, their gradients'
     sums over B * L rows fuse into this function's backward kernels. So does the bonus's part of the key's and the
-    value's gradients, which autograd would otherwise add to the recurrence's in kernels of their own.
+    value's gradients, which autograd would otherwise add to the recurrence's in kernels of their own. r and v,
+    views of one projection's output on GPU, come out contiguous, as the recurrence reads them.
     """
     Bt, L, D = k.shape
     H, K = r_k.shape
@@ -95,9 +105,9 @@ def recurrence_inputs(r: torch.Tensor, k: torch.Tensor, w_raw: torch.Tensor, w_b
     iclr = torch.sigmoid(a_raw.float() + a_bias).to(a_raw.dtype)
     kk = F.normalize((k * k_k).view(heads).float(), dim=-1).to(k.dtype)
     k = (k * (1 + (iclr - 1) * k_a)).view(heads)
-    v = v.view(heads)
-    bonus = (r.view(heads) * k * r_k).sum(-1, keepdim=True).float() * v.float()
-    return w.view(heads), k, v, -kk, kk * iclr.view(heads), bonus
+    r, v = r.reshape(heads), v.reshape(heads)
+    bonus = (r * k * r_k).sum(-1, keepdim=True).float() * v.float()
+    return r.contiguous(), w.view(heads), k, v.contiguous(), -kk, kk * iclr.view(heads), bonus
 
 
 def read_out(o: torch.Tensor, bonus: torch.Tensor, g: torch.Tensor, norm_weight: torch.Tensor,
@@ -195,29 +205,29 @@ class RWKV7(nn.Module):
             nn.init.zeros_(self.o_proj.weight)
 
     def forward(self, x: torch.Tensor, layer_state: dict | None = None) -> torch.Tensor:
-        Bt, L, D = x.shape
-        H, K = self.n_heads, self.head_dim
-        # the six token-shift mixes x + (x_{t-1} - x) * x_* in one pass each way (on GPU), made in the dtype the
-        # projections and LoRAs they feed read under autocast
+        # r, k, v and the LoRAs' down projections, each of its own token-shift mix x + (x_{t-1} - x) * x_*, as one
+        # matmul of [x, x_{t-1}] on GPU (the mixes folded into the weights: zoo.kernels.shifted_linear)
         mixes = torch.stack([self.x_r, self.x_w, self.x_k, self.x_v, self.x_a, self.x_g])
-        xr, xw, xk, xv, xa, xg = token_shift_mix(x, mixes, out_dtype=matmul_dtype(x))
-        r, k, v = self.r_proj(xr), self.k_proj(xk), self.v_proj(xv)
+        loras = [self.w_lora, self.a_lora, self.g_lora] + ([self.v_lora] if self.v_lora is not None else [])
+        r, k, v, w_down, a_down, g_down, *v_down = shifted_linear(
+            x, mixes, [self.r_proj.weight, self.k_proj.weight, self.v_proj.weight] + [m.down.weight for m in loras],
+            MIX_OF[:len(loras) + 3])
         if self.layer_idx == 0 or self.v_lora is None:
             if layer_state is not None:
                 layer_state["v_first"] = v
             v_first = v_raw = v_bias = None
         else:
             v_first = v if layer_state is None else layer_state.setdefault("v_first", v)
-            v_raw, v_bias = self.v_lora.low_rank(xv), self.v_lora.bias
-        w, k, v, a, b, bonus = compiled_in_training(
-            RECURRENCE_INPUTS_COMPILED, r, k, self.w_lora.low_rank(xw), self.w_lora.bias, self.a_lora.low_rank(xa),
-            self.a_lora.bias, v, v_first, v_raw, v_bias, self.k_k, self.k_a, self.r_k)
-        o = rwkv7(r.view(Bt, L, H, K), w, k, v, a, b, w_min=-W_SCALE)
+            v_raw, v_bias = self.v_lora.from_down(v_down[0]), self.v_lora.bias
+        r, w, k, v, a, b, bonus = compiled_in_training(
+            RECURRENCE_INPUTS_COMPILED, r, k, self.w_lora.from_down(w_down), self.w_lora.bias,
+            self.a_lora.from_down(a_down), self.a_lora.bias, v, v_first, v_raw, v_bias, self.k_k, self.k_a, self.r_k)
+        o = rwkv7(r, w, k, v, a, b, w_min=-W_SCALE)
         # the output GroupNorm as a LayerNorm over each head's K values, with the per-channel affine after it (PyTorch's
         # GroupNorm backward for its weight and bias was the slowest kernel of this layer's step on an H100); written
         # in the dtype the output projection reads under autocast (no cast kernel there, none for its input's gradient)
-        y = compiled_in_training(READ_OUT_COMPILED, o, bonus, self.g_lora(xg), self.g_norm.weight, self.g_norm.bias,
-                                 self.g_norm.eps, matmul_dtype(x) or x.dtype)
+        y = compiled_in_training(READ_OUT_COMPILED, o, bonus, self.g_lora.from_down(g_down), self.g_norm.weight,
+                                 self.g_norm.bias, self.g_norm.eps, matmul_dtype(x) or x.dtype)
         return self.o_proj(y)
 
     def state_size(self, seq_len: int) -> int:
