@@ -1,5 +1,5 @@
 """Projections of token-shifted inputs: ``F.linear(x + (x_prev - x) * mixes[g_i], W_i)`` for several weights W_i,
-each reading one of G token-shift mixes (RWKV-7's r, k, v and LoRA inputs).
+each reading one of G token-shift mixes (RWKV-7's r, k, v and LoRA inputs), side by side in one output.
 
 x_prev[:, t] = x[:, t - 1], zeros at t = 0, as in ``zoo.kernels.token_shift``.
 
@@ -8,8 +8,8 @@ the weights, one matmul of [x, x_prev] for every projection), ``"naive"`` (``nai
 matmul per weight) or ``"auto"`` (folded for CUDA tensors, else the reference). Under autocast the matmuls run in
 its dtype, as ``F.linear``'s. ``zoo.kernels.backend.last_backend("shifted_linear")`` says which ran.
 
-Shapes: x [B, T, D]; mixes [G, D]; weights[i] [N_i, D]; ``mix_of[i]`` in [0, G) -> one [B, T, N_i] tensor per
-weight.
+Shapes: x [B, T, D]; mixes [G, D]; weights[i] [N_i, D]; ``mix_of[i]`` in [0, G) -> [B, T, N], N = sum N_i, weight
+i's part in columns sum N_<i to sum N_<=i.
 """
 from __future__ import annotations
 
@@ -23,9 +23,9 @@ BACKENDS = ("auto", "folded", NAIVE)
 
 
 def shifted_linear(x: torch.Tensor, mixes: torch.Tensor, weights: list[torch.Tensor], mix_of: tuple[int, ...],
-                   backend: str = "auto") -> tuple[torch.Tensor, ...]:
-    """x [B, T, D]; mixes [G, D]; weights[i] [N_i, D] reading mix ``mix_of[i]`` -> a tensor [B, T, N_i] per
-    weight, ``F.linear(x + (x_prev - x) * mixes[mix_of[i]], weights[i])``."""
+                   backend: str = "auto") -> torch.Tensor:
+    """x [B, T, D]; mixes [G, D]; weights[i] [N_i, D] reading mix ``mix_of[i]`` -> [B, T, N]: the parts
+    ``F.linear(x + (x_prev - x) * mixes[mix_of[i]], weights[i])`` side by side."""
     check_backend(backend, BACKENDS)
     G = mixes.shape[0] if mixes.dim() == 2 else 0
     if (x.dim() != 3 or mixes.dim() != 2 or mixes.shape[1] != x.shape[2] or not weights

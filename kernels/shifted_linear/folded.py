@@ -2,7 +2,7 @@
 
 Each projection reads its own mix of a token and the one before it, W (x + (x_prev - x) mu) = W (1 - mu) x + W mu
 x_prev. So with X2 = [x, x_prev] ([B, T, 2D]) and the folded weight [W (1 - mu), W mu] ([N, 2D], each row of W
-scaled by its mix along D), every projection of every mix is one matmul X2 @ W2^T, split into its parts.
+scaled by its mix along D), every projection of every mix is one matmul X2 @ W2^T, the parts side by side.
 
 Why: RWKV-7 writes six mixed copies of x a layer ([B, T, D] each), and its seven projections of them each read
 one (v's mix feeds two); backward, seven input gradients come back and are summed into x's. At MQAR's figure-2
@@ -13,8 +13,9 @@ matmul's depth doubles (2D), which at D=128 stays within the memory-bound side o
 The pieces: ``pair`` (X2, in autocast's matmul dtype) and ``fold`` (W2 in the weights' dtype, float32 in
 training) are small elementwise functions, compiled by ``torch.compile`` in training on a GPU (one kernel each
 way for ``pair``), plain PyTorch elsewhere; the matmul is ``zoo.kernels.linear.linear`` (W2's gradient in float32
-from cuBLAS). The parts are views of the [B, T, N] output (``split``), so autograd concatenates their gradients
-before the matmul's.
+from cuBLAS). A caller that splits the output into its parts inside a compiled function of its own gets the
+output's gradient written whole by that function's kernels; split outside, autograd would concatenate the parts'
+gradients in a pass of its own.
 """
 from __future__ import annotations
 
@@ -55,9 +56,8 @@ def _compiled_in_training(compiled: Compiled, *args):
 
 
 def shifted_linear_folded(x: torch.Tensor, mixes: torch.Tensor, weights: list[torch.Tensor],
-                          mix_of: tuple[int, ...]) -> tuple[torch.Tensor, ...]:
-    """``shifted_linear_naive``'s signature and values (to the matmul's rounding): a [B, T, N_i] view per weight of
-    one [B, T, N] output."""
+                          mix_of: tuple[int, ...]) -> torch.Tensor:
+    """``shifted_linear_naive``'s signature and values, to the matmul's rounding."""
     x2 = _compiled_in_training(PAIR_COMPILED, x, matmul_dtype(x) or x.dtype)
     w2 = _compiled_in_training(FOLD_COMPILED, mixes, tuple(mix_of), *weights)
-    return linear(x2, w2, None).split([w.shape[0] for w in weights], -1)
+    return linear(x2, w2, None)

@@ -27,7 +27,9 @@ def outputs_and_grads(backend_name, tensors, mix_of=MIX_OF, use=None, autocast=F
     x, mixes, *weights = tensors
     device = x.device.type
     with torch.autocast(device, dtype=torch.bfloat16, enabled=autocast):
-        parts = shifted_linear(x, mixes, weights, mix_of, backend=backend_name)
+        y = shifted_linear(x, mixes, weights, mix_of, backend=backend_name)
+    assert y.shape == x.shape[:2] + (sum(w.shape[0] for w in weights),)
+    parts = y.split([w.shape[0] for w in weights], -1)
     use = range(len(parts)) if use is None else use
     g = torch.Generator().manual_seed(1)
     loss = sum((parts[i].double() * torch.randn(parts[i].shape, generator=g, dtype=torch.float64).to(device)).sum()

@@ -26,26 +26,29 @@ def test_first_layer_values_reach_later_layers():
 
 
 def layer_inputs(first: bool, device="cpu", dtype=torch.float32, B=2, L=8, D=32, H=2):
-    """recurrence_inputs's arguments (the later layers' v_first and v_raw unless ``first``) and read_out's tensors."""
+    """recurrence_inputs's arguments (the later layers' v_first, v_up and v_bias unless ``first``) and read_out's
+    other tensors."""
     torch.manual_seed(0)
     t = lambda *shape: torch.randn(*shape, device=device, dtype=dtype)  # noqa: E731
-    r, k, w_raw, a_raw, v = t(B, L, D), t(B, L, D), t(B, L, D), t(B, L, D), t(B, L, D)
-    v_first, v_raw = (None, None) if first else (t(B, L, D), t(B, L, D))
+    ranks = (4, 4, 8) + (() if first else (4,))
+    proj = t(B, L, 3 * D + sum(ranks))
+    w_up, a_up, g_up = (torch.randn(D, rank, device=device) for rank in ranks[:3])
+    v_first, v_up = (None, None) if first else (t(B, L, D), torch.randn(D, ranks[3], device=device))
     w_bias, a_bias, v_bias, k_k, k_a = (torch.randn(D, device=device) for _ in range(5))
-    inputs = (r, k, w_raw, w_bias, a_raw, a_bias, v, v_first, v_raw, None if first else v_bias, k_k, k_a,
+    inputs = (proj, w_up, w_bias, a_up, a_bias, g_up, v_first, v_up, None if first else v_bias, k_k, k_a,
               torch.randn(H, D // H, device=device))
-    o, g = t(B, L, H, D // H).float(), t(B, L, D)
-    return inputs, (o, g, torch.rand(D, device=device) + 0.5, torch.randn(D, device=device))
+    o = t(B, L, H, D // H).float()
+    return inputs, (o, torch.rand(D, device=device) + 0.5, torch.randn(D, device=device))
 
 
 def run_layer_math(inputs_fn, read_out_fn, inputs, outs):
     """The recurrence inputs and a read-out of them (with the recurrence's output o standing in), and the gradients
     of a fixed projection of everything with respect to every tensor."""
     leaves = [t.detach().requires_grad_() if t is not None else None for t in inputs + outs]
-    *recurrence_args, o, g, weight, bias = leaves
-    r2, w, k2, v2, a, b, bonus = inputs_fn(*recurrence_args)
+    *recurrence_args, o, weight, bias = leaves
+    r2, w, k2, v2, a, b, bonus, g = inputs_fn(*recurrence_args)
     y = read_out_fn(o, bonus, g, weight, bias, 1e-5, torch.float32)
-    results = (r2, w, k2, v2, a, b, bonus, y)
+    results = (r2, w, k2, v2, a, b, bonus, g, y)
     torch.manual_seed(1)
     loss = sum((t.float() * torch.randn(t.shape, device=t.device)).sum() for t in results)
     grads = torch.autograd.grad(loss, [t for t in leaves if t is not None])
@@ -62,7 +65,7 @@ def test_layer_math_compiles_as_one_graph_each_and_matches_uncompiled(first):
                 for c in (RECURRENCE_INPUTS_COMPILED, READ_OUT_COMPILED)]
     got, got_grads = run_layer_math(*compiled, inputs, outs)
     want, want_grads = run_layer_math(recurrence_inputs, read_out, inputs, outs)
-    assert len(got_grads) == (14 if first else 17)
+    assert len(got_grads) == (12 if first else 15)
     for g, w in zip(got + got_grads, want + want_grads):
         torch.testing.assert_close(g, w, rtol=1e-6, atol=1e-6)
 

@@ -58,17 +58,8 @@ class LoRA(nn.Module):
             nn.init.orthogonal_(self.up.weight, gain=0.1 * max(1.0, math.sqrt(rank / d_out)))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = self.low_rank(x)
+        y = self.up(self.act(self.down(x)))
         return y if self.bias is None else y + self.bias.to(y.dtype)
-
-    def low_rank(self, x: torch.Tensor) -> torch.Tensor:
-        """The output without the bias, for a caller that adds it inside its own fused math."""
-        return self.from_down(self.down(x))
-
-    def from_down(self, h: torch.Tensor) -> torch.Tensor:
-        """The output without the bias from the down projection's output ``h`` [..., rank], for a caller that
-        projects the input itself (RWKV-7 folds its token shift into every projection of x at once)."""
-        return self.up(self.act(h))
 
 
 def default_rank(d_model: int, head_dim: int, scale: float, per_head: bool = True) -> int:
@@ -78,36 +69,43 @@ def default_rank(d_model: int, head_dim: int, scale: float, per_head: bool = Tru
     return max(32, int(round(scale * d_model ** 0.5 * factor / 32) * 32))
 
 
-def recurrence_inputs(r: torch.Tensor, k: torch.Tensor, w_raw: torch.Tensor, w_bias: torch.Tensor,
-                      a_raw: torch.Tensor, a_bias: torch.Tensor, v: torch.Tensor, v_first: torch.Tensor | None,
-                      v_raw: torch.Tensor | None, v_bias: torch.Tensor | None, k_k: torch.Tensor, k_a: torch.Tensor,
+def recurrence_inputs(proj: torch.Tensor, w_up: torch.Tensor, w_bias: torch.Tensor, a_up: torch.Tensor,
+                      a_bias: torch.Tensor, g_up: torch.Tensor, v_first: torch.Tensor | None,
+                      v_up: torch.Tensor | None, v_bias: torch.Tensor | None, k_k: torch.Tensor, k_a: torch.Tensor,
                       r_k: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """The recurrence's r, w, k, v, a, b [B, L, H, K] (contiguous) and the current token's "bonus" [B, L, H, V]
-    (float32) from the layer's projections [B, L, D] (any strides): the receptance ``r``, the key ``k``, the decay
-    and in-context-learning-rate LoRAs' outputs before their biases, ``w_raw`` and ``a_raw``, the value ``v``; after layer 0 also layer 0's value
-    ``v_first`` and the value-mix LoRA's output ``v_raw`` before its bias (None in layer 0). The biases ``w_bias``,
-    ``a_bias``, ``v_bias``, ``k_k``, ``k_a``: [D]; ``r_k`` [H, K] (H heads of K).
+    """The recurrence's r, w, k, v, a, b [B, L, H, K] (contiguous), the current token's "bonus" [B, L, H, V] (float32)
+    and the output gate g [B, L, D] from the layer's projections of x, ``proj`` [B, L, 3D + R]: the receptance r,
+    the key k and the value v, then the down projections of the decay, in-context-learning-rate, gate and (after
+    layer 0) value-mix LoRAs, whose up projections are ``w_up``, ``a_up``, ``g_up``, ``v_up`` [D, rank] (``v_up``
+    None in layer 0, and ``v_first``, layer 0's value, too). The biases ``w_bias``, ``a_bias``, ``v_bias``, ``k_k``,
+    ``k_a``: [D]; ``r_k`` [H, K] (H heads of K).
 
-    w = -W_SCALE sigmoid(w_raw + w_bias) (float32); the value mixed towards ``v_first`` by sigmoid(v_raw + v_bias);
-    iclr = sigmoid(a_raw + a_bias); kk, the key scaled by ``k_k`` and normalised per head, gives a = -kk and
-    b = kk * iclr; the key is scaled by 1 + (iclr - 1) k_a; the bonus is ((r * k * r_k) summed over K) * v, with
-    that key and value. The biases are added here, in float32, rather than in the LoRAs: compiled, their gradients'
-    sums over B * L rows fuse into this function's backward kernels. So does the bonus's part of the key's and the
-    value's gradients, which autograd would otherwise add to the recurrence's in kernels of their own. r and v,
-    views of one projection's output on GPU, come out contiguous, as the recurrence reads them.
+    w = -W_SCALE sigmoid(up(tanh(w_down)) + w_bias) (float32); the value mixed towards ``v_first`` by
+    sigmoid(up(v_down) + v_bias); iclr = sigmoid(up(a_down) + a_bias); kk, the key scaled by ``k_k`` and normalised
+    per head, gives a = -kk and b = kk * iclr; the key is scaled by 1 + (iclr - 1) k_a; the bonus is ((r * k * r_k)
+    summed over K) * v, with that key and value; g = up(sigmoid(g_down)). Compiled, this is one graph from the
+    projections to the recurrence: proj's gradient is written by the kernels that make its parts' gradients (no
+    concatenation of them after), the biases' gradients are sums fused into those kernels, and so is the bonus's
+    part of the key's and the value's gradients, which autograd would otherwise add to the recurrence's in kernels
+    of their own.
     """
-    Bt, L, D = k.shape
+    D = k_k.shape[0]
     H, K = r_k.shape
-    heads = (Bt, L, H, K)
-    w = -W_SCALE * torch.sigmoid(w_raw.float() + w_bias)
-    if v_raw is not None:
-        v = torch.lerp(v, v_first, torch.sigmoid(v_raw.float() + v_bias).to(v.dtype))
+    ranks = [w_up.shape[1], a_up.shape[1], g_up.shape[1]] + ([] if v_up is None else [v_up.shape[1]])
+    r, k, v, w_down, a_down, g_down, *v_down = proj.split([D, D, D] + ranks, -1)
+    heads = proj.shape[:2] + (H, K)
+    w = -W_SCALE * torch.sigmoid(F.linear(torch.tanh(w_down), w_up).float() + w_bias)
+    if v_up is not None:
+        v_mix = torch.sigmoid(F.linear(v_down[0], v_up).float() + v_bias)
+        v = torch.lerp(v, v_first, v_mix.to(v.dtype))
+    a_raw = F.linear(a_down, a_up)
     iclr = torch.sigmoid(a_raw.float() + a_bias).to(a_raw.dtype)
-    kk = F.normalize((k * k_k).view(heads).float(), dim=-1).to(k.dtype)
+    kk = F.normalize((k * k_k).reshape(heads).float(), dim=-1).to(k.dtype)
     k = (k * (1 + (iclr - 1) * k_a)).view(heads)
     r, v = r.reshape(heads), v.reshape(heads)
     bonus = (r * k * r_k).sum(-1, keepdim=True).float() * v.float()
-    return r.contiguous(), w.view(heads), k, v.contiguous(), -kk, kk * iclr.view(heads), bonus
+    g = F.linear(torch.sigmoid(g_down), g_up)
+    return r.contiguous(), w.view(heads), k, v.contiguous(), -kk, kk * iclr.view(heads), bonus, g
 
 
 def read_out(o: torch.Tensor, bonus: torch.Tensor, g: torch.Tensor, norm_weight: torch.Tensor,
@@ -205,29 +203,30 @@ class RWKV7(nn.Module):
             nn.init.zeros_(self.o_proj.weight)
 
     def forward(self, x: torch.Tensor, layer_state: dict | None = None) -> torch.Tensor:
+        D = x.shape[-1]
         # r, k, v and the LoRAs' down projections, each of its own token-shift mix x + (x_{t-1} - x) * x_*, as one
         # matmul of [x, x_{t-1}] on GPU (the mixes folded into the weights: zoo.kernels.shifted_linear)
         mixes = torch.stack([self.x_r, self.x_w, self.x_k, self.x_v, self.x_a, self.x_g])
         loras = [self.w_lora, self.a_lora, self.g_lora] + ([self.v_lora] if self.v_lora is not None else [])
-        r, k, v, w_down, a_down, g_down, *v_down = shifted_linear(
-            x, mixes, [self.r_proj.weight, self.k_proj.weight, self.v_proj.weight] + [m.down.weight for m in loras],
-            MIX_OF[:len(loras) + 3])
-        if self.layer_idx == 0 or self.v_lora is None:
+        proj = shifted_linear(x, mixes, [self.r_proj.weight, self.k_proj.weight, self.v_proj.weight]
+                              + [m.down.weight for m in loras], MIX_OF[:len(loras) + 3])
+        v_first = v_up = v_bias = None
+        if self.v_lora is not None:
+            v_up, v_bias = self.v_lora.up.weight, self.v_lora.bias
+            v_first = proj[..., 2 * D:3 * D]  # a later layer without layer 0's value mixes its own
             if layer_state is not None:
-                layer_state["v_first"] = v
-            v_first = v_raw = v_bias = None
-        else:
-            v_first = v if layer_state is None else layer_state.setdefault("v_first", v)
-            v_raw, v_bias = self.v_lora.from_down(v_down[0]), self.v_lora.bias
-        r, w, k, v, a, b, bonus = compiled_in_training(
-            RECURRENCE_INPUTS_COMPILED, r, k, self.w_lora.from_down(w_down), self.w_lora.bias,
-            self.a_lora.from_down(a_down), self.a_lora.bias, v, v_first, v_raw, v_bias, self.k_k, self.k_a, self.r_k)
+                v_first = layer_state.setdefault("v_first", v_first)
+        r, w, k, v, a, b, bonus, g = compiled_in_training(
+            RECURRENCE_INPUTS_COMPILED, proj, self.w_lora.up.weight, self.w_lora.bias, self.a_lora.up.weight,
+            self.a_lora.bias, self.g_lora.up.weight, v_first, v_up, v_bias, self.k_k, self.k_a, self.r_k)
+        if self.v_lora is None and layer_state is not None:
+            layer_state["v_first"] = v.view(x.shape)
         o = rwkv7(r, w, k, v, a, b, w_min=-W_SCALE)
         # the output GroupNorm as a LayerNorm over each head's K values, with the per-channel affine after it (PyTorch's
         # GroupNorm backward for its weight and bias was the slowest kernel of this layer's step on an H100); written
         # in the dtype the output projection reads under autocast (no cast kernel there, none for its input's gradient)
-        y = compiled_in_training(READ_OUT_COMPILED, o, bonus, self.g_lora.from_down(g_down), self.g_norm.weight,
-                                 self.g_norm.bias, self.g_norm.eps, matmul_dtype(x) or x.dtype)
+        y = compiled_in_training(READ_OUT_COMPILED, o, bonus, g, self.g_norm.weight, self.g_norm.bias,
+                                 self.g_norm.eps, matmul_dtype(x) or x.dtype)
         return self.o_proj(y)
 
     def state_size(self, seq_len: int) -> int:
