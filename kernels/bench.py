@@ -17,16 +17,18 @@ and mamba-ssm's ``mamba_chunk_scan_combined`` where it imports; RWKV-4's WKV for
 fused around its FFTs against the unfused composition, and the training loss (cross-entropy over the vocabulary at
 the labelled rows) against PyTorch's and fla's fused one, the residual stream's LayerNorm and the residual add fused
 into it against PyTorch's, causal softmax attention past the fused kernels' head dims (the dense form) against SDPA,
-a biased projection (its bias gradient a Triton column sum) against ``F.linear``, the embedding's weight gradient
-against PyTorch's, and the column sums' last step (``sum_rows`` of the per-program partial sums) against PyTorch's
-``sum``, these two timed from a CUDA graph of many calls as in a training step.
+a biased projection (its bias gradient a Triton column sum) against ``F.linear``, and three timed from a CUDA graph
+of many calls as in a training step: RWKV-7's projections of its token-shift mixes folded into one matmul against
+the mixes made first, the embedding's weight gradient against PyTorch's, and the column sums' last step
+(``sum_rows`` of the per-program partial sums) against PyTorch's ``sum``.
 
     python -m zoo.kernels.bench --shapes 1,16,65536,64,512 256,2,512,64,256 --attention-blocks 256,2,512,64,256 \
         --dtype bf16 --recurrences 128,128,2,64 --rwkv7 256,256,2,64 128,512,2,64 --rwkv7-kernels 256,256,2,64 \
         --selective-scan 256,256,256,16 --ssd 256,256,4,64,128 --wkv4 256,256,128 \
         128,512,512 --short-conv 256,256,384,3 --gated-long-conv 256,256,128 128,512,64 --cross-entropy 4096,8192 \
-        --layer-norm 65536,128 --linear 65536,128,384 --softmax-attention 128,512,1,512 --embedding 256,256,128 \
-        128,512,512 --sum-rows 1,176,384 2,528,128 1,1024,1536
+        --layer-norm 65536,128 --linear 65536,128,384 --softmax-attention 128,512,1,512 \
+        --shifted-linear 256,256,128,160 128,512,512,288 --embedding 256,256,128 128,512,512 \
+        --sum-rows 1,176,384 2,528,128 1,1024,1536
 
 Those are the defaults: with no option every section runs. A section given empty ('' or no shape) is skipped, and
 once any section is given shapes only the sections given run (``--rwkv7 256,256,2,64``: RWKV-7's alone).
@@ -59,7 +61,9 @@ from zoo.kernels.rwkv7.fused_recurrent import Launch as Rwkv7Launch, rwkv7_fused
 from zoo.kernels.stored_states import STATES as STORED_STATES
 from zoo.kernels.selective_scan import selective_scan as selective_scan_entry
 from zoo.kernels.selective_scan.fused_recurrent import Launch, selective_scan
+from zoo.kernels.shifted_linear import shifted_linear
 from zoo.kernels.short_conv import short_conv
+from zoo.kernels.token_shift import token_shift_mix
 from zoo.kernels.wkv4.fused_recurrent import Launch as Wkv4Launch, wkv4 as wkv4_fused
 from zoo.kernels.ssd import ssd
 from zoo.kernels.ssd.fused import LAUNCH as SSD_LAUNCH, ssd_fused
@@ -609,6 +613,30 @@ def linear_rows(M, K, N):
             for name in ("triton", "naive")}
 
 
+def shifted_linear_rows(B, T, D, R):
+    """{name: (fwd ms, fwd+bwd ms)} of RWKV-7's projections of x under bf16 autocast, timed in a CUDA graph: r, k, v
+    ([D, D] each) and four LoRA down projections of R / 4 columns each, reading six token-shift mixes of x [B, T, D]
+    (bf16, as the block's norm writes it), their outputs side by side: the folded form (one matmul of [x, x_prev],
+    its pieces compiled), the mixes by zoo's Triton token shift then one matmul per weight, and the reference."""
+    dev = "cuda"
+    torch.manual_seed(0)
+    x = torch.randn(B, T, D, device=dev, dtype=torch.bfloat16, requires_grad=True)
+    mixes = torch.rand(6, D, device=dev, requires_grad=True)
+    weights = [(torch.randn(n, D, device=dev) * D ** -0.5).requires_grad_() for n in (D, D, D) + (R // 4,) * 4]
+    mix_of = (0, 2, 3, 1, 4, 5, 3)
+    grad = torch.randn(B, T, sum(w.shape[0] for w in weights), device=dev, dtype=torch.bfloat16)
+
+    def mixed_then_matmuls():
+        mixed = token_shift_mix(x, mixes, out_dtype=torch.bfloat16)
+        return torch.cat([F.linear(mixed[g], w) for g, w in zip(mix_of, weights)], -1)
+
+    rows = {"folded: one matmul of [x, x_prev]": lambda: shifted_linear(x, mixes, weights, mix_of, backend="folded"),
+            "Triton token shift, a matmul per weight": mixed_then_matmuls,
+            "reference (naive)": lambda: shifted_linear(x, mixes, weights, mix_of, backend="naive")}
+    return {name: graph_timed_pair(under_autocast(fn), grad, (x, mixes, *weights), calls=20)
+            for name, fn in rows.items()}
+
+
 def graph_timed_us(fn, calls: int = 200, replays: int = 5) -> float:
     """Microseconds per call of ``fn()``: ``calls`` calls captured in one CUDA graph, the best of ``replays``
     replays. For kernels of a few microseconds, whose launch from Python would dominate ``do_bench``, timed as a
@@ -728,6 +756,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             help="causal softmax attention shapes B,N,H,D: SDPA against the dense form")
     section("--linear", nargs="*", type=shape_of("M,K,N"), default=[(65536, 128, 384)],
             help="biased projection shapes M,K,N (rows, in, out)")
+    section("--shifted-linear", nargs="*", type=shape_of("B,T,D,R"),
+            default=[(256, 256, 128, 160), (128, 512, 512, 288)],
+            help="RWKV-7's projections of token-shifted x, B,T,D,R (d_model, the LoRA ranks' sum): folded or not")
     section("--embedding", nargs="*", type=shape_of("B,N,D"), default=[(256, 256, 128), (128, 512, 512)],
             help="the embedding's weight gradient at B x N uniform ids, B,N,D (batch, length, d_model)")
     section("--sum-rows", nargs="*", type=shape_of("G,P,N"),
@@ -816,6 +847,10 @@ def main(argv: list[str] | None = None):
     for M, K, N in filter(None, args.linear):
         print(f"\nbiased projection [{M}, {K}] -> [{M}, {N}], bf16 autocast")
         print_pairs(linear_rows(M, K, N))
+    for B, T, D, R in filter(None, args.shifted_linear):
+        print(f"\nRWKV-7's projections of six token-shift mixes, B={B} T={T} D={D}, LoRA ranks {R} in all, bf16 "
+              f"autocast, timed in a CUDA graph")
+        print_pairs(shifted_linear_rows(B, T, D, R))
     for B, N, D in filter(None, args.embedding):
         print(f"\nembedding weight gradient, B={B} x N={N} uniform ids into [8192, {D}] float32, "
               f"us per call in a CUDA graph")
