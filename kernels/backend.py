@@ -183,7 +183,8 @@ class Compiled:
     """``fn`` through ``torch.compile`` (``fullgraph=True, dynamic=False``: one graph per input shape and dtype),
     compiled on first use for each torch.compile backend (``compiler``) asked for; ``what`` names it in the log.
 
-    ``compiled(*args, fallback=True, compiler="inductor")`` returns ``fn(*args)`` compiled; traced into a model that
+    ``compiled(*args, fallback=True, compiler="inductor")`` returns ``fn(*args)`` compiled (``in_training``: only in a
+    training step on a GPU); traced into a model that
     is compiled as a whole, ``fn(*args)`` as it is, which that compile fuses. With ``fallback``, a
     failure to compile is said once, in one line, and this call and every later one in the process return None (the
     caller runs ``fn`` uncompiled; if that fails too, its error is the real one). Without it, the error is raised.
@@ -212,3 +213,13 @@ class Compiled:
             self.failed = f"{type(err).__name__}: {lines[0]}"
             log.warning("zoo: torch.compile failed for %s (%s); it runs uncompiled instead", self.what, self.failed)
             return None
+
+    def in_training(self, *args) -> tuple:
+        """``(self(*args), True)`` in a training step on a GPU (the first argument on CUDA, gradients on), else and
+        where compiling failed ``(self.fn(*args), False)``: evaluation, whose batch shapes would each compile anew,
+        runs forward only and costs little uncompiled."""
+        if args[0].is_cuda and torch.is_grad_enabled():
+            out = self(*args)
+            if out is not None:
+                return out, True
+        return self.fn(*args), False

@@ -145,3 +145,15 @@ def test_importing_the_kernels_does_not_import_dynamo():
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "False"
+
+
+def test_compiled_in_training_runs_uncompiled_off_the_gpu():
+    """``Compiled.in_training`` compiles only a training step on a GPU: on CPU tensors, gradients on or off, it calls
+    the function as written and compiles nothing."""
+    fn = backend.Compiled(lambda x: x * 2, "a doubling")
+    x = torch.ones(3, requires_grad=True)
+    out, compiled = fn.in_training(x)
+    assert not compiled and torch.equal(out, torch.full((3,), 2.0)) and out.requires_grad
+    with torch.no_grad():
+        assert fn.in_training(x)[1] is False
+    assert fn._by_compiler == {}

@@ -124,16 +124,11 @@ READ_OUT_COMPILED = Compiled(read_out, "RWKV-7's read-out")
 
 
 def compiled_in_training(compiled: Compiled, *args):
-    """``compiled.fn(*args)``, compiled when it is a training step on a GPU (tensors on CUDA, gradients on), else
-    uncompiled: evaluation, whose batch shapes would each compile anew, runs forward only and costs little.
+    """``compiled.in_training(*args)``'s output (compiled in a training step on a GPU, else uncompiled);
     ``zoo.kernels.backend.last_backend("rwkv7_layer")`` says which ran."""
-    if args[0].is_cuda and torch.is_grad_enabled():
-        out = compiled(*args)
-        if out is not None:
-            backend.record("rwkv7_layer", "compiled")
-            return out
-    backend.record("rwkv7_layer", backend.NAIVE)
-    return compiled.fn(*args)
+    out, was_compiled = compiled.in_training(*args)
+    backend.record("rwkv7_layer", "compiled" if was_compiled else backend.NAIVE)
+    return out
 
 
 @register_mixer("rwkv7")
