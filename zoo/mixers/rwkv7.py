@@ -41,25 +41,23 @@ MIX_OF = (0, 2, 3, 1, 4, 5, 3)
 
 
 class LoRA(nn.Module):
-    """D -> rank -> out with an optional activation in between: (..., D) -> (..., out).
+    """The weights of one of the layer's low-rank projections, D -> rank -> out: ``up(act(down(x))) + bias``. The
+    layer applies them itself: the down projection inside its one matmul of every projection of x
+    (``zoo.kernels.shifted_linear``), the activation (tanh for the decay, sigmoid for the gate, none for the
+    in-context learning rate and the value mix), the up projection and the bias in ``recurrence_inputs``.
 
     fla's initialisation: the down projection starts at zero, the up projection orthogonal with gain
     ``0.1 * max(1, sqrt(rank / out))``, the bias at zero (the layer then sets it).
     """
 
-    def __init__(self, d_in: int, d_out: int, rank: int, activation: nn.Module | None, bias: bool = True):
+    def __init__(self, d_in: int, d_out: int, rank: int, bias: bool = True):
         super().__init__()
-        self.down = Linear(d_in, rank, bias=False)
-        self.act = activation or nn.Identity()
-        self.up = Linear(rank, d_out, bias=False)
+        self.down = nn.Linear(d_in, rank, bias=False)
+        self.up = nn.Linear(rank, d_out, bias=False)
         self.bias = nn.Parameter(torch.zeros(d_out)) if bias else None
         with torch.no_grad():
             nn.init.zeros_(self.down.weight)
             nn.init.orthogonal_(self.up.weight, gain=0.1 * max(1.0, math.sqrt(rank / d_out)))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = self.up(self.act(self.down(x)))
-        return y if self.bias is None else y + self.bias.to(y.dtype)
 
 
 def default_rank(d_model: int, head_dim: int, scale: float, per_head: bool = True) -> int:
@@ -173,13 +171,14 @@ class RWKV7(nn.Module):
         # token-shift mixes of the r, w, k, v, a, g inputs: x + (x_{t-1} - x) * x_*
         for name, exponent in (("x_r", 0.2), ("x_w", 0.9), ("x_k", 0.7), ("x_v", 0.7), ("x_a", 0.9), ("x_g", 0.2)):
             setattr(self, name, nn.Parameter((1 - (idx / D) ** (exponent * ratio_1_to_almost0)).float()))
-        self.r_proj = Linear(D, D, bias=False)
-        self.k_proj = Linear(D, D, bias=False)
-        self.v_proj = Linear(D, D, bias=False)
-        self.w_lora = LoRA(D, D, decay_rank, nn.Tanh())
-        self.a_lora = LoRA(D, D, iclr_rank, None)
-        self.g_lora = LoRA(D, D, gate_rank, nn.Sigmoid(), bias=False)
-        self.v_lora = LoRA(D, D, value_rank, None) if layer_idx > 0 else None
+        # r, k and v's weights (their matmul is the layer's one projection of x, as the LoRAs' down projections)
+        self.r_proj = nn.Linear(D, D, bias=False)
+        self.k_proj = nn.Linear(D, D, bias=False)
+        self.v_proj = nn.Linear(D, D, bias=False)
+        self.w_lora = LoRA(D, D, decay_rank)
+        self.a_lora = LoRA(D, D, iclr_rank)
+        self.g_lora = LoRA(D, D, gate_rank, bias=False)
+        self.v_lora = LoRA(D, D, value_rank) if layer_idx > 0 else None
         self.k_k = nn.Parameter((0.71 - 0.1 * linear).float())
         self.k_a = nn.Parameter(torch.full((D,), 1.02))
         self.r_k = nn.Parameter(torch.full((self.n_heads, head_dim), -0.04))
