@@ -184,8 +184,8 @@ class Compiled:
     compiled on first use for each torch.compile backend (``compiler``) asked for; ``what`` names it in the log.
 
     ``compiled(*args, fallback=True, compiler="inductor")`` returns ``fn(*args)`` compiled (``in_training``: only in a
-    training step on a GPU); traced into a model that
-    is compiled as a whole, ``fn(*args)`` as it is, which that compile fuses. With ``fallback``, a
+    training step on a GPU); traced into a model that is compiled as a whole, ``fn(*args)`` as it is, which that
+    compile fuses. With ``fallback``, a
     failure to compile is said once, in one line, and this call and every later one in the process return None (the
     caller runs ``fn`` uncompiled; if that fails too, its error is the real one). Without it, the error is raised.
     Either way only the forward's compile is caught: torch compiles the backward at its first call, inside

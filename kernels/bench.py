@@ -623,7 +623,7 @@ def shifted_linear_rows(B, T, D, R):
     x = torch.randn(B, T, D, device=dev, dtype=torch.bfloat16, requires_grad=True)
     mixes = torch.rand(6, D, device=dev, requires_grad=True)
     weights = [(torch.randn(n, D, device=dev) * D ** -0.5).requires_grad_() for n in (D, D, D) + (R // 4,) * 4]
-    mix_of = (0, 2, 3, 1, 4, 5, 3)
+    mix_of = (0, 2, 3, 1, 4, 5, 3)  # the layer's MIX_OF (zoo.mixers.rwkv7, which the kernels do not import)
     grad = torch.randn(B, T, sum(w.shape[0] for w in weights), device=dev, dtype=torch.bfloat16)
 
     def mixed_then_matmuls():

@@ -1,7 +1,8 @@
 """RWKV's token shift: G mixes of each token with the one before it, out_g = x + (x_prev - x) * mixes[g].
 
-x_prev[:, t] = x[:, t - 1], zeros at t = 0. RWKV-7 writes its six mixes this way; RWKV-4's
-``lerp(x_prev, x, mu)`` is the same with mixes = 1 - mu. Done in PyTorch, every training step pads (a copy of x),
+x_prev[:, t] = x[:, t - 1], zeros at t = 0. RWKV-4's ``lerp(x_prev, x, mu)`` is this with mixes = 1 - mu. (RWKV-7's
+six mixes are folded into its projections instead, ``zoo.kernels.shifted_linear``, whose reference makes them with
+``naive.py``.) Done in PyTorch, every training step pads (a copy of x),
 runs one elementwise kernel per mix (or a broadcast one whose outputs are then views of a [G, B, T, D] stack), and
 in the backward one more per mix for x's gradient, the token shift of those gradients, G reductions over (B, T) for
 the mixes' gradients, and casts between float32 and bf16 around each. Profiling RWKV-4's CUDA-graph training step on

@@ -30,7 +30,7 @@ import triton.language as tl
 from zoo.kernels.layout import even_walks, last_dim_contiguous, sequence_tile, time_tile
 from zoo.kernels.partial_sums import sum_first
 
-MAX_MIXES = 6  # pointer slots: RWKV-7's six mixes
+MAX_MIXES = 6  # pointer slots: RWKV-7's six mixes (the kernel bench's unfolded row of its projections)
 
 
 class Tiles(NamedTuple):
