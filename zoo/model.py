@@ -14,6 +14,7 @@ from torch import nn
 from zoo.kernels.embedding import Embedding
 from zoo.kernels.layer_norm import LayerNorm
 from zoo.kernels.linear import linear
+from zoo.kernels.linear_cross_entropy import linear_cross_entropy
 from zoo.kernels.rows import rows_at
 from zoo.errors import ConfigError
 from zoo.mixers.registry import POSITIONS, get_mixer
@@ -245,6 +246,12 @@ class LanguageModel(nn.Module):
         """(..., D) hidden states -> (..., V) logits through the tied embedding (``zoo.kernels.linear``: under bf16
         autocast on a GPU its weight gradient comes out of the matmul in float32, with no cast kernel)."""
         return linear(hidden, self.embed.weight, None)
+
+    def loss(self, hidden: torch.Tensor, targets: torch.Tensor, ignore_index: int) -> torch.Tensor:
+        """Mean cross-entropy of the tied head's logits at hidden states (..., D) against targets (...), over the
+        targets that are not ``ignore_index`` (float32, 0-d): ``cross_entropy(logits(hidden), targets)`` as one op
+        (``zoo.kernels.linear_cross_entropy``; on a GPU the logits' gradient is written while the loss is)."""
+        return linear_cross_entropy(hidden.flatten(0, -2), self.embed.weight, targets.flatten(), ignore_index)
 
     def state_size(self, seq_len: int) -> int | None:
         """Values (elements, not bytes) of state one sequence needs at inference after ``seq_len``

@@ -18,7 +18,6 @@ from typing import Callable
 import torch
 
 from zoo.graphs import GroupCall
-from zoo.kernels.cross_entropy import cross_entropy
 from zoo.tasks.base import IGNORE_INDEX
 
 
@@ -78,9 +77,8 @@ class TrainStep(GroupCall):
 
     def member_call(self, i: int, inputs, positions, targets) -> None:
         m = self.members[i]
-        with autocast_bf16(inputs.device, self.bf16):
-            logits = m.labelled_logits(inputs, positions)
-        loss = cross_entropy(logits.flatten(0, 1), targets.flatten(), IGNORE_INDEX)  # float32 math on any logits
+        with autocast_bf16(inputs.device, self.bf16):  # the head's matmul in bf16; the loss's math is float32
+            loss = m.model.loss(m.hidden(inputs, positions), targets, IGNORE_INDEX)
         loss.backward()
         if self.grad_clip is not None:
             torch.nn.utils.clip_grad_norm_(m.model.parameters(), self.grad_clip, foreach=True)

@@ -24,23 +24,29 @@ MAX_BLOCK = 4096  # classes per loop step: 16 per thread with 8 warps
 
 
 @triton.jit
-def _cross_entropy_fwd_kernel(LOGITS, TARGETS, LOSS, LSE, V, s_row, ignore_index, BLOCK_V: tl.constexpr):
-    row = tl.program_id(0).to(tl.int64)
-    target = tl.load(TARGETS + row)
-    labelled = target != ignore_index
-    base = LOGITS + row * s_row
-    # log-sum-exp of the row, online over blocks of classes (the first block holds a class, so m is finite after it)
+def row_log_sum_exp(base, target, V, BLOCK_V: tl.constexpr):
+    """(log-sum-exp, the logit at column ``target``) of the row of V logits at ``base``, in float32, online over
+    blocks of classes (the first block holds a class, so the running max is finite after it). A target outside
+    [0, V) (an unlabelled row) gives 0 for its logit."""
     m = float("-inf")
     total = 0.0
+    picked = 0.0
     for start in range(0, V, BLOCK_V):
         cols = start + tl.arange(0, BLOCK_V)
         x = tl.load(base + cols, mask=cols < V, other=float("-inf")).to(tl.float32)
         m_new = tl.maximum(m, tl.max(x, axis=0))
         total = total * tl.exp(m - m_new) + tl.sum(tl.exp(x - m_new), axis=0)
         m = m_new
-    lse = m + tl.log(total)
-    picked = tl.load(base + tl.where(labelled, target, 0)).to(tl.float32)
-    tl.store(LOSS + row, tl.where(labelled, lse - picked, 0.0))
+        picked += tl.sum(tl.where(cols == target, x, 0.0), axis=0)
+    return m + tl.log(total), picked
+
+
+@triton.jit
+def _cross_entropy_fwd_kernel(LOGITS, TARGETS, LOSS, LSE, V, s_row, ignore_index, BLOCK_V: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    target = tl.load(TARGETS + row)
+    lse, picked = row_log_sum_exp(LOGITS + row * s_row, target, V, BLOCK_V)
+    tl.store(LOSS + row, tl.where(target != ignore_index, lse - picked, 0.0))
     tl.store(LSE + row, lse)
 
 

@@ -144,6 +144,7 @@ def test_unknown_section_is_refused(tiny_sweep, capsys):
     ("_selective_scan_bwd_kernel", "scan / recurrence"),
     ("_norm_bwd_kernel", "norm"),
     ("_cross_entropy_bwd_kernel", "loss"),
+    ("_loss_and_grad_kernel", "loss"),
     ("_bias_grad_column_sum_kernel", "elementwise / reduction"),
     ("void at::native::(anonymous namespace)::fused_adamw_kernel", "optimizer"),
     ("void at_cuda_detail::cub::DeviceRadixSortOnesweepKernel", "embedding"),

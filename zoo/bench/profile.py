@@ -40,7 +40,7 @@ def busy_seconds(intervals: list[tuple[float, float]]) -> float:
 # kind of work -> a pattern of the kernel names that do it (first match wins; the names are cuBLAS/CUTLASS's,
 # PyTorch's, FlashAttention's and the Triton kernels' own)
 KINDS = {
-    "loss": r"cross_entropy|log_softmax|nll_loss",
+    "loss": r"cross_entropy|loss_and_grad|log_softmax|nll_loss",
     # and the dense form's softmax rows (PyTorch's softmax kernels, not their log-softmax instances)
     "attention": r"flash|fmha|attn|attention|softmax_warp_\w+<(\w+, ){3}\d+, false|(?<!log)softmax(forward|backward)epi",
     "scan / recurrence": r"scan|recurren|wkv|rwkv|ssd|chunk|long_conv|short_conv|conv|fft|delta_rule",
