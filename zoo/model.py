@@ -232,8 +232,8 @@ class LanguageModel(nn.Module):
             pos = self.pos_embed.weight[:L]
             if self.embed_dropout and self.training:
                 x = x + pos
-            else:  # the first block's norm adds them (one pass each way, where x + pos and its gradient's sum took two)
-                update = pos.expand_as(x)
+            else:  # the first block's norm adds them to every sequence (one pass each way; their gradient, the
+                update = pos  # stream's summed over the batch, is a column sum of it)
         if self.embed_dropout:
             x = nn.functional.dropout(x, self.embed_dropout, self.training)
         layer_state: dict = {}

@@ -75,13 +75,17 @@ def layer_norm(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor 
 def add_layer_norm(x: torch.Tensor, update: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
                    eps: float = 1e-5, backend: str = "auto",
                    to_matmul: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-    """(s, layer_norm(s)) with s = x + update (x, update [..., N], s in their promoted dtype): a pre-norm block's
-    residual add and the norm that reads its result. The Triton path does both in one pass, and in the backward
-    adds s's own gradient to the norm's and writes the sum for x and for update in their dtypes: the numbers of the
-    add, the norm and autograd's sum and cast, in one kernel each way (on a GPU up to the rounding of a multiply-add
-    the compiler may fuse into that sum). y's dtype is ``layer_norm``'s (``to_matmul`` too)."""
-    if update.shape != x.shape:
-        raise ValueError(f"update.shape={tuple(update.shape)} is not valid: expected the shape of x, {tuple(x.shape)}")
+    """(s, layer_norm(s)) with s = x + update (x [..., N], s in their promoted dtype): a pre-norm block's residual
+    add and the norm that reads its result. update has x's shape or its trailing dims alone (learned positions [L,
+    N] added to every sequence of x [B, L, N]), broadcast over the rest. The Triton path does both in one pass, and
+    in the backward adds s's own gradient to the norm's and writes the sum for x and for update in their dtypes (for
+    a broadcast update, summed over the dims it was broadcast over, by a column sum of x's gradient): the numbers of
+    the add, the norm and autograd's sum and cast, in one kernel each way (on a GPU up to the rounding of a
+    multiply-add the compiler may fuse into that sum, and the order of the broadcast update's sum). y's dtype is
+    ``layer_norm``'s (``to_matmul`` too)."""
+    if update.dim() > x.dim() or update.shape != x.shape[x.dim() - update.dim():]:
+        raise ValueError(f"update.shape={tuple(update.shape)} is not valid: expected the shape of x, "
+                         f"{tuple(x.shape)}, or its trailing dims")
     out_dtype = _autocast_out(x, torch.promote_types(x.dtype, update.dtype), to_matmul)
     if not _use_triton("layer_norm", backend, x):
         total = x + update

@@ -36,6 +36,7 @@ import triton.language as tl
 
 from zoo.kernels.backend import not_compiled
 from zoo.kernels.layout import even_walks, resident_programs
+from zoo.kernels.linear.fused import column_sum
 from zoo.kernels.partial_sums import sum_rows
 
 TILE = 4096  # values per program and tile: 16 per thread with 8 warps
@@ -174,7 +175,7 @@ class _Norm(torch.autograd.Function):
         N = x.shape[-1]
         H = x.shape[-2] if x.dim() >= 3 else 1
         x3 = _rows(x, H)
-        r3 = None if update is None else _rows(update, H)
+        r3 = None if update is None else _rows(update.expand(x.shape), H)  # a broadcast update: stride 0 rows
         z3 = None if gate is None else _rows(gate, H)
         M = x3.shape[0] * H
         rows, block_n = _tile(N)
@@ -192,6 +193,7 @@ class _Norm(torch.autograd.Function):
         ctx.save_for_backward(normed, z3, weight, bias, mean, rstd)
         ctx.shape, ctx.rms, ctx.gate_first = x.shape, rms, gate_first
         ctx.dtypes = x.dtype, None if update is None else update.dtype
+        ctx.update_shape = None if update is None else update.shape
         return (total, y) if return_sum else y
 
     @staticmethod
@@ -200,7 +202,7 @@ class _Norm(torch.autograd.Function):
         x3, z3, weight, bias, mean, rstd = ctx.saved_tensors
         M, H, N = x3.shape[0] * x3.shape[1], x3.shape[1], x3.shape[2]
         if dy is None:  # only the sum was used: its gradient passes through to x and update
-            dr = ds.to(ctx.dtypes[1]) if ctx.needs_input_grad[1] else None
+            dr = _update_grad(ds.to(ctx.dtypes[1]), ctx.update_shape) if ctx.needs_input_grad[1] else None
             return ds.to(ctx.dtypes[0]), dr, None, None, None, None, None, None, None, None
         rows, block_n = _tile(N)
         tiles = max(1, triton.cdiv(M, rows))
@@ -209,7 +211,10 @@ class _Norm(torch.autograd.Function):
         ds = None if ds is None else ds.contiguous()
         x_dtype, r_dtype = ctx.dtypes
         dx = torch.empty(ctx.shape, dtype=x_dtype, device=x3.device)
-        dr = torch.empty(ctx.shape, dtype=r_dtype, device=x3.device) if ctx.needs_input_grad[1] else None
+        # a broadcast update's gradient is x's summed: written apart only where x's dtype would round it
+        dr = None
+        if ctx.needs_input_grad[1] and (ctx.update_shape == ctx.shape or r_dtype != x_dtype):
+            dr = torch.empty(ctx.shape, dtype=r_dtype, device=x3.device)
         dz = torch.empty(ctx.shape, dtype=z3.dtype, device=x3.device) if ctx.needs_input_grad[4] else None
         # the weight's and the bias's per-program partial sums in one buffer, so that one column sum finishes both
         wanted = [i for i in (2, 3) if ctx.needs_input_grad[i]]
@@ -224,7 +229,20 @@ class _Norm(torch.autograd.Function):
         sums = sum_rows(partial) if wanted else None
         dw = None if dw is None else sums[wanted.index(2)].to(weight.dtype)
         db = None if db is None else sums[wanted.index(3)].to(bias.dtype)
+        if ctx.needs_input_grad[1]:
+            dr = _update_grad(dx if dr is None else dr, ctx.update_shape).to(r_dtype)
         return dx, dr, dw, db, dz, None, None, None, None, None
+
+
+def _update_grad(grad: torch.Tensor, shape: torch.Size) -> torch.Tensor:
+    """The gradient of an update of ``shape`` added to every row group of the sum: ``grad`` (the sum's shape) itself,
+    or for a broadcast update its deterministic column sum over the dims broadcast over (float32; the positions of
+    MQAR's figure-2 cell: [256, 32768] summed over 256 sequences, where autograd's sum of the expanded update's
+    gradient took a PyTorch reduction and a [256, 256, 128] float32 gradient written for it)."""
+    if grad.shape == shape:
+        return grad
+    rows = grad.reshape(-1, shape.numel())
+    return column_sum(rows if rows.stride(-1) == 1 else rows.contiguous()).view(shape)
 
 
 # Opaque to torch.compile: Inductor has nothing to fuse into a hand-written kernel (and failed on other Triton

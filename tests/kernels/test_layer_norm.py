@@ -217,6 +217,27 @@ def test_add_layer_norm_reads_a_strided_update_and_passes_a_gradient_of_the_sum_
     assert all(torch.equal(g, torch.ones_like(g)) for g in grads)
     with pytest.raises(ValueError, match=r"update.shape=\(3, 10, 48\) is not valid"):
         add_layer_norm(x, wide, weight, bias)
+    with pytest.raises(ValueError, match=r"update.shape=\(5, 10, 16\) is not valid: .* or its trailing dims"):
+        add_layer_norm(x, torch.randn(5, 10, 16), weight, bias)
+
+
+@pytest.mark.parametrize("name", ["naive", "triton"])
+@pytest.mark.parametrize("update_shape", [(10, 16), (16,)])
+def test_add_layer_norm_broadcasts_an_update_of_trailing_dims_and_sums_its_gradient(name, update_shape):
+    """Learned positions [L, N] (or a vector [N]) added to every sequence of x [B, L, N]: the sum, the norm and the
+    gradients of x, weight and bias bit for bit as the broadcast add and the norm apart; the update's gradient, a
+    column sum of x's on the Triton path, in another order than autograd's sum; also when only the sum is used."""
+    torch.manual_seed(0)
+    x, update = torch.randn(3, 10, 16), torch.randn(*update_shape)
+    weight, bias = torch.randn(16), torch.randn(16)
+    fused, apart = fused_and_apart(name, x, update, weight, bias)
+    for i, (a, r) in enumerate(zip(fused, apart)):
+        assert a.shape == r.shape and a.dtype == r.dtype
+        torch.testing.assert_close(a, r, rtol=1e-6 if i == 3 else 0, atol=1e-6 if i == 3 else 0)
+    leaf = update.clone().requires_grad_()
+    total, _ = add_layer_norm(x, leaf, weight, bias, backend=name)
+    (grad,) = torch.autograd.grad(total.sum(), leaf)
+    torch.testing.assert_close(grad, torch.full(update_shape, x.numel() / update.numel()), rtol=0, atol=0)
 
 
 def gpu_inputs(*shape, dtype=torch.float32):
@@ -335,6 +356,19 @@ def test_gpu_runs_inside_torch_compile():
     got = torch.autograd.grad(torch.compile(f)(x), x)[0]
     assert backend.last_backend("layer_norm") == backend.last_backend("rms_norm") == "triton"
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.gpu
+def test_gpu_add_layer_norm_adds_learned_positions_to_every_sequence():
+    """MQAR's first norm: the float32 stream [256, 256, 128] plus positions [256, 128] under bf16 autocast, against
+    the broadcast add and the norm apart (the positions' gradient summed over 256 sequences, in another order)."""
+    torch.manual_seed(0)
+    x, positions = torch.randn(256, 256, 128, device=DEVICE), torch.randn(256, 128, device=DEVICE)
+    weight, bias = torch.randn(128, device=DEVICE), torch.randn(128, device=DEVICE)
+    fused, apart = fused_and_apart("triton", x, positions, weight, bias, bf16=True)
+    for a, r in zip(fused, apart):
+        assert a.shape == r.shape and a.dtype == r.dtype
+        assert_close_overall(a, r, 1e-6)
 
 
 @pytest.mark.gpu
