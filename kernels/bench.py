@@ -1,32 +1,34 @@
 """``python -m zoo.kernels.bench``: GatedFWA kernels against the strongest peers, timed in one process.
 
-Rows per attention shape (forward and forward+backward, ms and TFLOP/s of the windowed work):
-ours; ours with the gate off; FlexAttention (``torch.compile``d, score_mod adding ``u_i - u_j``,
-sliding-window block mask); flash-linear-attention ``parallel_attn(g=-alpha, window_size=w)``;
-SDPA full causal attention without gate (a speed reference). Then each of our attention kernels per launch choice
-(block sizes, warps, stages; the table's first), timed in a CUDA graph. Then the preprocessing scan against
-eager and compiled PyTorch, in GB/s next to a device-to-device copy. Then the linear recurrences (the gated and
-ungated delta rule, RWKV-7), forward+backward in float32 on every backend of their entries: the PyTorch
-recurrence, the chunked PyTorch form, fla's kernels where they work, and our Triton kernel where there is one
-(RWKV-7). Then RWKV-7's Triton recurrence for every launch choice (value columns per program, warps) next to the
-chunked form, in bf16, and its chunked kernels each alone at several launches; Mamba's selective scan for every
-launch choice (channels per program, warps, pipelining stages) next to mamba-ssm's ``selective_scan_fn`` where it
-imports; Mamba-2's SSD in our Triton kernels for a few launch choices next to the chunked form (compiled and eager)
-and mamba-ssm's ``mamba_chunk_scan_combined`` where it imports; RWKV-4's WKV for every launch choice next to fla's
-``fused_recurrent_rwkv4``; the depthwise causal short conv against PyTorch's grouped conv1d, Hyena's gated long conv
-fused around its FFTs against the unfused composition, and the training loss (cross-entropy over the vocabulary at
-the labelled rows) against PyTorch's and fla's fused one, the residual stream's LayerNorm and the residual add fused
-into it against PyTorch's, causal softmax attention past the fused kernels' head dims (the dense form) against SDPA,
-a biased projection (its bias gradient a Triton column sum) against ``F.linear``, and three timed from a CUDA graph
-of many calls as in a training step: RWKV-7's projections of its token-shift mixes folded into one matmul against
-the mixes made first, the embedding's weight gradient against PyTorch's, and the column sums' last step
-(``sum_rows`` of the per-program partial sums) against PyTorch's ``sum``.
+Rows per attention shape (forward and forward+backward, ms and TFLOP/s of the windowed work): ours; ours with the
+gate off; FlexAttention (``torch.compile``d, score_mod adding ``u_i - u_j``, sliding-window block mask);
+flash-linear-attention ``parallel_attn(g=-alpha, window_size=w)``; SDPA full causal attention without gate (a speed
+reference). Then each of our attention kernels per launch choice (block sizes, warps, stages; the table's first),
+timed in a CUDA graph. Then the preprocessing scan against eager and compiled PyTorch, in GB/s next to a
+device-to-device copy. Then the linear recurrences (the gated and ungated delta rule, RWKV-7), forward+backward in
+float32 on every backend of their entries: the PyTorch recurrence, the chunked PyTorch form, fla's kernels where
+they work, and our Triton kernel where there is one (RWKV-7). Then RWKV-7's Triton recurrence for every launch
+choice (value columns per program, warps) next to the chunked form, in bf16, and its chunked kernels each alone at
+several launches; Mamba's selective scan for every launch choice (channels per program, warps, pipelining stages)
+next to mamba-ssm's ``selective_scan_fn`` where it imports; Mamba-2's SSD in our Triton kernels for a few launch
+choices next to the chunked form (compiled and eager) and mamba-ssm's ``mamba_chunk_scan_combined`` where it
+imports; RWKV-4's WKV for every launch choice next to fla's ``fused_recurrent_rwkv4``; the depthwise causal short
+conv against PyTorch's grouped conv1d, Hyena's gated long conv fused around its FFTs against the unfused
+composition, and the training loss (cross-entropy over the vocabulary at the labelled rows) against PyTorch's and
+fla's fused one, the tied head and that loss as one op against the two apart, the residual stream's LayerNorm and
+the residual add fused into it against PyTorch's, causal softmax attention past the fused kernels' head dims (the
+dense form) against SDPA, a biased projection (its bias gradient a Triton column sum) against ``F.linear``,
+attention's q, k, v projection with its parts' gradients packed in one pass against the projection viewed and
+unbound, and three timed from a CUDA graph of many calls as in a training step: RWKV-7's projections of its
+token-shift mixes folded into one matmul against the mixes made first, the embedding's weight gradient against
+PyTorch's, and the column sums' last step (``sum_rows`` of the per-program partial sums) against PyTorch's ``sum``.
 
     python -m zoo.kernels.bench --shapes 1,16,65536,64,512 256,2,512,64,256 --attention-blocks 256,2,512,64,256 \
         --dtype bf16 --recurrences 128,128,2,64 --rwkv7 256,256,2,64 128,512,2,64 --rwkv7-kernels 256,256,2,64 \
         --selective-scan 256,256,256,16 --ssd 256,256,4,64,128 --wkv4 256,256,128 \
         128,512,512 --short-conv 256,256,384,3 --gated-long-conv 256,256,128 128,512,64 --cross-entropy 4096,8192 \
-        --layer-norm 65536,128 --linear 65536,128,384 --softmax-attention 128,512,1,512 \
+        --linear-cross-entropy 4096,128,8192 --layer-norm 65536,128 --linear 65536,128,384 \
+        --head-parts 256,256,128,1 128,512,512,8 --softmax-attention 128,512,1,512 \
         --shifted-linear 256,256,128,160 128,512,512,288 --embedding 256,256,128 128,512,512 \
         --sum-rows 1,176,384 2,528,128 1,1024,1536
 
@@ -46,7 +48,8 @@ from zoo.kernels.attention import softmax_attention
 from zoo.kernels import rwkv7 as rwkv7_op
 from zoo.kernels.cross_entropy import cross_entropy
 from zoo.kernels.layer_norm import add_layer_norm, layer_norm
-from zoo.kernels.linear import linear
+from zoo.kernels.linear import head_parts, linear
+from zoo.kernels.linear_cross_entropy import linear_cross_entropy
 from zoo.kernels.backend import FLA_CHUNK_MODULES_BROKEN_ON_HOPPER, fla_chunks_unreliable, optional_import
 from zoo.kernels.embedding.sorted_sum import embedding_backward
 from zoo.kernels.gatedfwa import gate_cumsum, gated_window_attention
@@ -613,6 +616,45 @@ def linear_rows(M, K, N):
             for name in ("triton", "naive")}
 
 
+def linear_cross_entropy_rows(R, D, V):
+    """{name: (fwd ms, fwd+bwd ms)} of the tied head and the loss, bf16 x [R, D] and a float32 weight [V, D] under
+    bf16 autocast, one row in eight unlabelled: ``linear_cross_entropy`` (the logits' gradient written with the
+    loss), zoo's ``linear`` then ``cross_entropy`` (the gradient written in the backward) and the reference."""
+    dev = "cuda"
+    torch.manual_seed(0)
+    x = torch.randn(R, D, device=dev, dtype=torch.bfloat16, requires_grad=True)
+    weight = (torch.randn(V, D, device=dev) * D ** -0.5).requires_grad_()
+    targets = torch.randint(0, V, (R,), device=dev)
+    targets[::8] = -100
+    one = torch.ones((), device=dev)
+    rows = {"linear_cross_entropy (triton)": lambda: linear_cross_entropy(x, weight, targets, backend="triton"),
+            "linear, then cross_entropy (triton)": lambda: cross_entropy(
+                linear(x, weight, None, backend="triton"), targets, backend="triton"),
+            "reference (naive)": lambda: linear_cross_entropy(x, weight, targets, backend="naive")}
+    return {name: timed_pair(under_autocast(fn), one, (x, weight)) for name, fn in rows.items()}
+
+
+def head_parts_rows(B, L, D, H):
+    """{name: (fwd ms, fwd+bwd ms)} of attention's q, k, v projection of bf16 x [B, L, D] (as the norm before it
+    writes it) under bf16 autocast, the backward seeded with SDPA-shaped gradients (contiguous [B, H, L, D/H],
+    transposed): ``head_parts`` (its parts' gradients packed and bias-summed in one Triton pass), zoo's ``linear``
+    viewed and unbound (autograd's concatenation, then the Triton column sum) and the reference."""
+    dev = "cuda"
+    torch.manual_seed(0)
+    x = torch.randn(B, L, D, device=dev, dtype=torch.bfloat16, requires_grad=True)
+    weight = (torch.randn(3 * D, D, device=dev) * D ** -0.5).requires_grad_()
+    bias = torch.randn(3 * D, device=dev, requires_grad=True)
+    grads = [torch.randn(B, H, L, D // H, device=dev, dtype=torch.bfloat16).transpose(1, 2) for _ in range(3)]
+    leaves = (x, weight, bias)
+    rows = {"head_parts (triton)": lambda: head_parts(x, weight, bias, 3, H, backend="triton"),
+            "linear (triton), view, unbind": lambda: linear(x, weight, bias, backend="triton").view(
+                B, L, 3, H, D // H).unbind(2),
+            "reference (naive)": lambda: head_parts(x, weight, bias, 3, H, backend="naive")}
+    return {name: (timed(under_autocast(fn)),
+                   timed(lambda: torch.autograd.backward(under_autocast(fn)(), grads), leaves))
+            for name, fn in rows.items()}
+
+
 def shifted_linear_rows(B, T, D, R):
     """{name: (fwd ms, fwd+bwd ms)} of RWKV-7's projections of x under bf16 autocast, timed in a CUDA graph: r, k, v
     ([D, D] each) and four LoRA down projections of R / 4 columns each, reading six token-shift mixes of x [B, T, D]
@@ -756,6 +798,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             help="causal softmax attention shapes B,N,H,D: SDPA against the dense form")
     section("--linear", nargs="*", type=shape_of("M,K,N"), default=[(65536, 128, 384)],
             help="biased projection shapes M,K,N (rows, in, out)")
+    section("--linear-cross-entropy", nargs="*", type=shape_of("R,D,V"), default=[(4096, 128, 8192)],
+            help="the tied head and the loss, R labelled rows, D, V classes: one op against the two apart")
+    section("--head-parts", nargs="*", type=shape_of("B,L,D,H"), default=[(256, 256, 128, 1), (128, 512, 512, 8)],
+            help="attention's q, k, v projection B,L,D,H (d_model, heads): parts' gradients packed in one pass")
     section("--shifted-linear", nargs="*", type=shape_of("B,T,D,R"),
             default=[(256, 256, 128, 160), (128, 512, 512, 288)],
             help="RWKV-7's projections of token-shifted x, B,T,D,R (d_model, the LoRA ranks' sum): folded or not")
@@ -847,6 +893,13 @@ def main(argv: list[str] | None = None):
     for M, K, N in filter(None, args.linear):
         print(f"\nbiased projection [{M}, {K}] -> [{M}, {N}], bf16 autocast")
         print_pairs(linear_rows(M, K, N))
+    for R, D, V in filter(None, args.linear_cross_entropy):
+        print(f"\ntied head and loss, x [{R}, {D}] @ weight [{V}, {D}]^T, bf16 autocast, mean over the labelled rows")
+        print_pairs(linear_cross_entropy_rows(R, D, V))
+    for B, L, D, H in filter(None, args.head_parts):
+        print(f"\nq, k, v projection [{B}, {L}, {D}] -> 3 x [{B}, {L}, {H}, {D // H}], bf16 autocast, SDPA-shaped "
+              f"gradients")
+        print_pairs(head_parts_rows(B, L, D, H))
     for B, T, D, R in filter(None, args.shifted_linear):
         print(f"\nRWKV-7's projections of six token-shift mixes, B={B} T={T} D={D}, LoRA ranks {R} in all, bf16 "
               f"autocast, timed in a CUDA graph")

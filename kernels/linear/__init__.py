@@ -10,13 +10,18 @@ rounds it to bf16 and casts it back in a kernel of its own.
 ``linear(x, weight, bias, backend="auto")``: ``"triton"`` (``fused.py``), ``"naive"`` (``naive.py``:
 ``F.linear``) or ``"auto"`` (Triton for CUDA tensors, else the reference). ``bias`` may be None.
 ``zoo.kernels.backend.last_backend("linear")`` says which ran.
+
+``head_parts(x, weight, bias, parts, heads, backend="auto")``: the projection x [B, L, K] -> [B, L, N] read as
+``parts`` views [B, L, heads, Dh] of its [B, L, parts, heads, Dh] output (attention's q, k, v): ``"triton"``
+(``packed.py``: the parts' gradients packed and bias-summed in one Triton pass), ``"naive"`` (``naive.py``:
+``F.linear``, viewed and unbound) or ``"auto"``. ``last_backend("head_parts")`` says which ran.
 """
 from __future__ import annotations
 
 import torch
 
 from zoo.kernels.backend import NAIVE, check_backend, named_or_gpu, record
-from zoo.kernels.linear.naive import linear_naive
+from zoo.kernels.linear.naive import head_parts_naive, linear_naive
 
 BACKENDS = ("auto", "triton", NAIVE)
 
@@ -34,6 +39,27 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
     return linear_triton(x, weight, bias)
 
 
+def head_parts(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, parts: int, heads: int,
+               backend: str = "auto") -> tuple[torch.Tensor, ...]:
+    """x [B, L, K] @ weight [N, K]^T + bias [N] (or None), N = parts * heads * Dh -> ``parts`` tensors [B, L, heads,
+    Dh], views of the [B, L, parts, heads, Dh] output; values and dtypes as ``F.linear``'s (autocast too)."""
+    check_backend(backend, BACKENDS)
+    if x.dim() != 3 or weight.dim() != 2 or weight.shape[1] != x.shape[2]:
+        raise ValueError(f"head_parts: x {tuple(x.shape)} and weight {tuple(weight.shape)} are not valid: expected "
+                         "x [B, L, K] and weight [N, K]")
+    N = weight.shape[0]
+    if parts < 1 or heads < 1 or N % (parts * heads):
+        raise ValueError(f"head_parts: the weight's {N} rows do not split into {parts} parts of {heads} heads")
+    if bias is not None and bias.shape != (N,):
+        raise ValueError(f"head_parts: bias {tuple(bias.shape)} is not valid: expected [{N}]")
+    if not named_or_gpu(backend, "triton", x):
+        record("head_parts", NAIVE)
+        return head_parts_naive(x, weight, bias, parts, heads)
+    from zoo.kernels.linear.packed import head_parts_triton
+    record("head_parts", "triton")
+    return head_parts_triton(x, weight, bias, parts, heads)
+
+
 class Linear(torch.nn.Linear):
     """``nn.Linear`` (same parameters and state dict, still an ``nn.Linear``) that uses :func:`linear`."""
 
@@ -41,4 +67,4 @@ class Linear(torch.nn.Linear):
         return linear(x, self.weight, self.bias)
 
 
-__all__ = ["linear", "Linear", "BACKENDS"]
+__all__ = ["linear", "head_parts", "Linear", "BACKENDS"]

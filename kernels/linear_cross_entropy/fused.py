@@ -1,12 +1,13 @@
 """The tied head's matmul, then the loss and the logits' gradient in one Triton pass over the logits.
 
-Why: at MQAR's figure-2 cell (4096 labelled rows, 8192 classes, bf16) the logits are 64 MB. ``zoo.kernels.cross_entropy``
-alone cannot write their gradient in the forward: the gradient must be scaled by the loss's incoming gradient g,
-known only in the backward, and that scaling was a third pass over the logits (``results/SPEED.md``, "The training
-loss and the bias gradients"). With the head's matmul in the same op it need not be: the gradient of x and of the
-weight are ``(G @ W) g`` and ``(G^T x) g``, so g scales the matmuls' small outputs ([R, D] and [V, D]) and the
-logits' gradient G = (softmax - onehot) / n is written while the loss is computed, over the logits themselves.
-The logits are then read once and written once (the loss alone, with its gradient in the backward, read them twice).
+Why: at MQAR's figure-2 cell (4096 labelled rows, 8192 classes, bf16) the logits are 64 MB. The loss alone
+(``zoo.kernels.cross_entropy``) cannot write their gradient in the forward: the gradient must be scaled by the
+loss's incoming gradient g, known only in the backward, and that scaling was a third pass over the logits
+(``results/SPEED.md``, "The training loss and the bias gradients"). With the head's matmul in the same op it need
+not be: the gradient of x and of the weight are ``(G @ W) g`` and ``(G^T x) g``, so g scales the matmuls' small
+outputs ([R, D] and [V, D]) and the logits' gradient G = (softmax - onehot) / n is written while the loss is
+computed, over the logits themselves. The logits are then read once and written once (the loss alone, with its
+gradient in the backward, read them twice).
 
 The kernel holds a row of up to ``ONE_PASS_MAX`` classes in registers (one read); a longer row is read twice, the
 second time block by block right after the first, mostly from L2. The math is float32 throughout; G is rounded to

@@ -12,7 +12,8 @@ from zoo.kernels.gatedfwa import gate_cumsum, gated_window_attention
 from zoo.kernels.gla import gla
 from zoo.kernels.embedding import embedding
 from zoo.kernels.layer_norm import layer_norm, rms_norm
-from zoo.kernels.linear import linear
+from zoo.kernels.linear import head_parts, linear
+from zoo.kernels.linear_cross_entropy import linear_cross_entropy
 from zoo.kernels.long_conv import long_conv
 from zoo.kernels.retention import retention
 from zoo.kernels.rwkv7 import rwkv7
@@ -60,6 +61,8 @@ ENTRIES = {
                  lambda: (rand(B, T, H, 8), rand(8), rand(B, T, H, 8)), "rms_norm", "naive", ["triton"]),
     "embedding": (embedding, lambda: (torch.randint(0, 7, (B, T)), rand(7, 5)), "embedding", "naive", ["triton"]),
     "linear": (linear, lambda: (rand(B, T, 6), rand(5, 6), rand(5)), "linear", "naive", ["triton"]),
+    "head_parts": (lambda x, w, b, backend: torch.stack(head_parts(x, w, b, 3, H, backend=backend)),
+                   lambda: (rand(B, T, 6), rand(3 * H * K, 6), rand(3 * H * K)), "head_parts", "naive", ["triton"]),
     "token_shift_mix": (lambda x, m, backend: torch.stack(token_shift_mix(x, m, backend=backend)),
                         lambda: (rand(B, T, 6), torch.rand(3, 6)), "token_shift_mix", "naive", ["triton"]),
     "shifted_linear": (lambda x, m, *ws, backend: shifted_linear(x, m, list(ws), (0, 1, 0), backend=backend),
@@ -67,6 +70,8 @@ ENTRIES = {
                        "naive", ["folded"]),
     "cross_entropy": (cross_entropy, lambda: (rand(B * T, 11), torch.randint(0, 11, (B * T,))), "cross_entropy",
                       "naive", ["triton"]),
+    "linear_cross_entropy": (linear_cross_entropy, lambda: (rand(B * T, 6), rand(11, 6), torch.randint(0, 11, (B * T,))),
+                             "linear_cross_entropy", "naive", ["triton"]),
 }
 
 

@@ -12,7 +12,7 @@ from torch import nn
 
 from zoo.kernels.attention import softmax_attention
 from zoo.kernels.gatedfwa import gated_window_attention
-from zoo.kernels.linear import Linear
+from zoo.kernels.linear import Linear, head_parts
 from zoo.kernels.rows import rows_at
 from zoo.errors import ConfigError
 from zoo.mixers.registry import POSITIONS, register_mixer
@@ -48,12 +48,14 @@ class MultiHeadMixer(nn.Module):
         self.out_proj = Linear(d_model, d_model, bias=bias)
 
     def project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """x (B, L, D) -> q, k, v (B, L, H, D/H), views of one projection. (As three projections of x through
-        ``linear_parts``, which leaves out the concatenation of their gradients, softmax's training step at the
-        figure-2 cell took 1.76 ms against 1.49 on an H100: three narrower matmuls and their float32 input-gradient
-        sums cost more than the copy.)"""
-        B, L, _ = x.shape
-        return self.qkv(x).view(B, L, 3, self.num_heads, self.head_dim).unbind(2)
+        """x (B, L, D) -> q, k, v (B, L, H, D/H), views of one projection through ``self.qkv``'s weight and bias
+        (``zoo.kernels.linear.head_parts``). Backward, its Triton pass writes the three gradients (with whatever
+        strides attention gave them) side by side into the [B * L, 3D] gradient the matmuls read and sums them for the
+        bias as it goes: no concatenation by autograd, no second read for the bias. (As three projections of x through
+        ``linear_parts``, which leaves out the concatenation too, softmax's training step at the figure-2 cell took
+        1.76 ms against 1.49 on an H100: three narrower matmuls and their float32 input-gradient sums cost more than
+        the copy.)"""
+        return head_parts(x, self.qkv.weight, self.qkv.bias, 3, self.num_heads)
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
         """x (B, L, D) -> (B, L, D), or with ``positions`` (B, K) the outputs at those rows alone, (B, K, D): the

@@ -1,0 +1,141 @@
+"""A projection read as per-head parts (attention's q, k, v), whose parts' gradients are packed and bias-summed in one
+Triton pass.
+
+Why: softmax attention projects x [B, L, D] to q, k, v as views of one [B, L, 3D] output. Backward, autograd
+concatenates their three gradients (each [B, L, H, Dh], in practice views of the contiguous [B, H, L, Dh] tensors
+cuDNN's SDPA backward writes, or for the last layer's queries a zero-filled tensor with the scattered rows) into one
+[B, L, 3D] tensor, a copy kernel of 32 us a call on an H100 at B=256, L=256, D=128; the bias gradient's column sum
+(``fused.column_sum``) then reads that whole tensor again, about 17 us more. Here one kernel reads each part's
+gradient with its own strides, writes the packed [M, 3D] gradient (M = B * L) the matmul gradients read, and adds
+its columns for the bias as it goes: a fixed set of programs, each a contiguous run of rows of one part and one
+block of columns, stores one row of a float32 [programs, N] partial, which ``sum_rows`` finishes. No atomics, so the
+gradient is the same on every run; it is summed in float32 and rounded to the bias's dtype once, as ``column_sum``'s.
+A part without a gradient (not used by the loss) is written as zeros, with no tensor of zeros read.
+
+Everything else is ``F.linear``'s, as in ``fused.py``: the forward (the parts are views of its one output), the
+input and weight gradients as matmuls of the packed gradient, in autocast's dtype when autocast is on, returned in
+the dtypes of x and weight (``grads.weight_grad`` for a float32 weight under 16-bit autocast on a GPU).
+
+Shapes: x [B, L, K], weight [N, K], bias [N] or None, N = parts * heads * Dh -> ``parts`` tensors [B, L, heads, Dh],
+views of one [B, L, parts, heads, Dh] projection.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+import triton
+import triton.language as tl
+
+from zoo.kernels.autocast import matmul_dtype
+from zoo.kernels.backend import not_compiled
+from zoo.kernels.layout import resident_programs
+from zoo.kernels.linear.fused import MAX_BLOCK_N, NUM_WARPS, TILE
+from zoo.kernels.linear.grads import weight_grad
+from zoo.kernels.partial_sums import sum_rows
+
+
+@triton.jit
+def _pack_part(G, strides, OUT, PARTIAL, M, L, N, WIDTH, rows_per_program, ZERO: tl.constexpr,
+               SUMS: tl.constexpr, HEAD_DIM: tl.constexpr, ROWS: tl.constexpr, BLOCK_N: tl.constexpr):
+    """This program's rows and block of columns of one part: G [B, L, heads, HEAD_DIM] (``strides``) into its
+    WIDTH columns of OUT [M, N] (OUT and PARTIAL point at the part's first column), and their column sums into this
+    program's row of PARTIAL where SUMS. A ZERO part (no gradient) reads nothing and writes zeros."""
+    cols = tl.program_id(2) * BLOCK_N + tl.arange(0, BLOCK_N)
+    col_ok = cols < WIDTH
+    col_offsets = (cols // HEAD_DIM) * strides[2] + (cols % HEAD_DIM) * strides[3]
+    first = tl.program_id(0).to(tl.int64) * rows_per_program
+    acc = tl.zeros([ROWS, BLOCK_N], dtype=tl.float32)  # ROWS independent sums per column: loads stay in flight
+    for start in range(0, rows_per_program, ROWS):
+        rows = first + start + tl.arange(0, ROWS)
+        mask = (rows < M)[:, None] & col_ok[None, :]
+        if ZERO:
+            g = tl.zeros([ROWS, BLOCK_N], dtype=OUT.dtype.element_ty)
+        else:
+            row_offsets = (rows // L) * strides[0] + (rows % L) * strides[1]
+            g = tl.load(G + row_offsets[:, None] + col_offsets[None, :], mask=mask, other=0.0)
+            g = g.to(OUT.dtype.element_ty)
+        tl.store(OUT + rows[:, None] * N + cols[None, :], g, mask=mask)
+        if SUMS:
+            acc += g.to(tl.float32)  # the values stored: the bias gradient of the gradient the matmuls read
+    if SUMS:
+        tl.store(PARTIAL + tl.program_id(0) * N + cols, tl.sum(acc, axis=0), mask=col_ok)
+
+
+@triton.jit
+def _pack_column_sum_kernel(GRADS, STRIDES, OUT, PARTIAL, M, L, N, WIDTH, rows_per_program, PARTS: tl.constexpr,
+                 ZEROS: tl.constexpr, SUMS: tl.constexpr, HEAD_DIM: tl.constexpr, ROWS: tl.constexpr,
+                 BLOCK_N: tl.constexpr):
+    # a (row block, part, column block) grid. A tuple's members are picked by compile-time indices only: each part
+    # has a branch of its own, compiled for its gradient's pointer and strides (bit i of ZEROS: part i has none)
+    part = tl.program_id(1)
+    for i in tl.static_range(PARTS):
+        if part == i:
+            _pack_part(GRADS[i], STRIDES[i], OUT + i * WIDTH, PARTIAL + i * WIDTH, M, L, N, WIDTH, rows_per_program,
+                       (ZEROS >> i) & 1, SUMS, HEAD_DIM, ROWS, BLOCK_N)
+
+
+def pack_grads(grads, shape: tuple[int, int, int, int], dtype: torch.dtype, sums: bool):
+    """The parts' gradients (each [B, L, heads, Dh] of ``shape``, any strides, or None for zeros) side by side as
+    one contiguous [B * L, parts * heads * Dh] tensor in ``dtype``, and (``sums``) its float32 column sums [N], else
+    None."""
+    B, L, heads, head_dim = shape
+    parts, width = len(grads), heads * head_dim
+    M, N = B * L, len(grads) * width
+    device = next(g for g in grads if g is not None).device
+    out = torch.empty(M, N, dtype=dtype, device=device)
+    if M == 0:
+        return out, torch.zeros(N, dtype=torch.float32, device=device) if sums else None
+    block_n = min(triton.next_power_of_2(width), MAX_BLOCK_N)
+    rows = max(1, TILE // block_n)
+    column_blocks = triton.cdiv(width, block_n)
+    programs = max(1, min(triton.cdiv(M, rows), resident_programs(device) // (parts * column_blocks)))
+    per_program = triton.cdiv(triton.cdiv(M, programs), rows) * rows
+    programs = triton.cdiv(M, per_program)  # none left without rows: every partial row is written
+    partial = torch.empty(programs, N, dtype=torch.float32, device=device) if sums else out
+    # a part without a gradient is never read: the output stands in for its pointer
+    pointers = tuple(out if g is None else g for g in grads)
+    strides = tuple((0, 0, 0, 0) if g is None else g.stride() for g in grads)
+    zeros = sum(1 << i for i, g in enumerate(grads) if g is None)
+    _pack_column_sum_kernel[(programs, parts, column_blocks)](
+        pointers, strides, out, partial, M, L, N, width, per_program, PARTS=parts, ZEROS=zeros, SUMS=sums,
+        HEAD_DIM=head_dim, ROWS=rows, BLOCK_N=block_n, num_warps=NUM_WARPS)
+    return out, sum_rows(partial) if sums else None
+
+
+class _HeadParts(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, bias, parts, heads, dtype):
+        xc, wc = (x, weight) if dtype is None else (x.to(dtype), weight.to(dtype))
+        bc = bias if bias is None or dtype is None else bias.to(dtype)
+        ctx.set_materialize_grads(False)  # an unused part's gradient comes as None: written as zeros, never read
+        ctx.save_for_backward(xc if ctx.needs_input_grad[1] else None, wc if ctx.needs_input_grad[0] else None)
+        ctx.dtypes = x.dtype, weight.dtype, None if bias is None else bias.dtype
+        B, L, _ = x.shape
+        y = F.linear(xc, wc, bc)
+        ctx.shape, ctx.out_dtype = (B, L, heads, weight.shape[0] // (parts * heads)), y.dtype
+        return y.view(B, L, parts, *ctx.shape[2:]).unbind(2)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        if all(g is None for g in grads):
+            return (None,) * 6
+        xc, wc = ctx.saved_tensors
+        x_dtype, w_dtype, b_dtype = ctx.dtypes
+        sums = b_dtype is not None and ctx.needs_input_grad[2]
+        exact = ctx.out_dtype == torch.float64  # PyTorch's float64 sum, which the float32 partial sums would round
+        packed, db = pack_grads(grads, ctx.shape, ctx.out_dtype, sums and not exact)
+        if sums and exact:
+            db = packed.sum(0)
+        dx = (packed @ wc).view(*ctx.shape[:2], -1).to(x_dtype) if ctx.needs_input_grad[0] else None
+        dw = weight_grad(packed, xc.reshape(-1, xc.shape[-1]), w_dtype) if ctx.needs_input_grad[1] else None
+        return dx, dw, db.to(b_dtype) if sums else None, None, None, None
+
+
+# Opaque to torch.compile: Inductor has nothing to fuse into a hand-written kernel.
+@not_compiled
+def head_parts_triton(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, parts: int,
+                      heads: int) -> tuple[torch.Tensor, ...]:
+    """x [B, L, K] @ weight [N, K]^T + bias [N] (or None) as ``parts`` views [B, L, heads, Dh] of the [B, L, parts,
+    heads, Dh] output; under autocast (on x's device type) the inputs are cast to its dtype first, as ``F.linear``'s
+    are. Backward, the parts' gradients are packed and summed for the bias in one pass (:func:`pack_grads`)."""
+    return _HeadParts.apply(x, weight, bias, parts, heads, matmul_dtype(x))
