@@ -27,14 +27,15 @@ class LabelledSegment:
 
     @classmethod
     def from_dense(cls, name: str, inputs: torch.Tensor, labels: torch.Tensor) -> "LabelledSegment":
-        """Compact dense labels (n, N) with -100 where no loss into (positions, targets) (n, K)."""
+        """Compact dense labels (n, N) with -100 where no loss into (positions, targets) (n, K). A row with fewer
+        than K labels is padded with its first unlabelled positions (target -100), so the positions of a row are
+        distinct, as the model's labelled-rows path asks (``zoo.model.Block``)."""
         mask = labels != IGNORE_INDEX
         K = max(int(mask.sum(1).max()), 1)
-        # stable sort puts labelled positions first, in order; the rest is padding
-        order = torch.sort((~mask).to(torch.int8), dim=1, stable=True).indices[:, :K]
-        valid = mask.gather(1, order)
-        positions = torch.where(valid, order, torch.zeros_like(order))
-        targets = torch.where(valid, labels.gather(1, order), torch.full_like(order, IGNORE_INDEX))
+        # stable sort puts labelled positions first, in order; the rest, distinct unlabelled positions, is padding
+        positions = torch.sort((~mask).to(torch.int8), dim=1, stable=True).indices[:, :K]
+        targets = torch.where(mask.gather(1, positions), labels.gather(1, positions),
+                              torch.full_like(positions, IGNORE_INDEX))
         return cls(name, inputs, positions, targets)
 
     def __len__(self) -> int:

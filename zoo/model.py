@@ -56,8 +56,12 @@ class Block(nn.Module):
     With ``positions`` (B, K) only those rows of the block's outputs are wanted (the last block: its outputs reach
     the head alone, and the state mixer works row by row): it returns (B, K, D) rows. A mixer with
     ``outputs_at_positions`` then computes its output at those rows alone (attention: K queries instead of L; the
-    recurrent and convolutional mixers: their last projection) when K <= ``PICKED_SHARE`` * L; any other mixer's output is picked after it. The loss and every gradient are those of
-    the full computation (the rows left out reach no loss); only attention dropout draws other random numbers.
+    recurrent and convolutional mixers: their last projection) when K <= ``PICKED_SHARE`` * L; any other mixer's
+    output is picked after it, and the stream's rows are picked by norm1 (``add_layer_norm``'s ``rows``: their
+    gradient added in its backward pass). The loss and every gradient are those of the full computation (the rows
+    left out reach no loss); only attention dropout draws other random numbers. The positions of a sequence are
+    distinct (``zoo.data`` pads them with distinct unlabelled rows): on a GPU a repeated one's gradients would not
+    add up.
     """
 
     def __init__(self, d_model: int, mixer: nn.Module, state_mixer: str):
@@ -72,16 +76,17 @@ class Block(nn.Module):
 
     def forward(self, x: torch.Tensor, update: torch.Tensor | None, layer_state: dict,
                 positions: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        x, h = (x, self.norm1(x)) if update is None else self.norm1.after_add(x, update)
+        if update is None:
+            x, h = (x if positions is None else rows_at(x, positions)), self.norm1(x)
+        else:  # with positions, the norm returns the stream at those rows alone (its gradient comes back as rows)
+            x, h = self.norm1.after_add(x, update, rows=positions)
         args = (h, layer_state) if self.passes_layer_state else (h,)
         if positions is None:
             update = self.mixer(*args)
+        elif self.mixer_picks and positions.shape[1] <= PICKED_SHARE * h.shape[1]:
+            update = self.mixer(*args, positions=positions)
         else:
-            if self.mixer_picks and positions.shape[1] <= PICKED_SHARE * x.shape[1]:
-                update = self.mixer(*args, positions=positions)
-            else:
-                update = rows_at(self.mixer(*args), positions)
-            x = rows_at(x, positions)
+            update = rows_at(self.mixer(*args), positions)
         if self.state_mixer is not None:
             x, h = self.norm2.after_add(x, update)
             update = self.state_mixer(h)
@@ -220,8 +225,8 @@ class LanguageModel(nn.Module):
                 nn.init.normal_(block.state_mixer.fc2.weight, std=0.02 / math.sqrt(2 * n_layers))
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
-        """(B, L) token ids -> (B, L, D) final hidden states, or with ``positions`` (B, K) those positions' alone,
-        (B, K, D) (apply ``logits`` where needed). The last block and the final norm then work on the K picked rows
+        """(B, L) token ids -> (B, L, D) final hidden states, or with ``positions`` (B, K) those positions' alone
+        (distinct within a sequence), (B, K, D) (apply ``logits`` where needed). The last block and the final norm then work on the K picked rows
         only (``Block``): a task with few labelled positions (MQAR's K = L / 16 at N=256) skips the rest."""
         L = input_ids.shape[1]
         if L > self.max_seq_len:

@@ -29,6 +29,7 @@ import torch
 from zoo.kernels.autocast import matmul_dtype
 from zoo.kernels.backend import NAIVE, check_backend, named_or_gpu, record
 from zoo.kernels.layer_norm.naive import layer_norm_naive, rms_norm_naive
+from zoo.kernels.rows import rows_at
 
 BACKENDS = ("auto", "triton", NAIVE)
 MAX_N = 4096  # wider rows no longer fit a tile in registers, and PyTorch's kernels handle them well
@@ -73,8 +74,8 @@ def layer_norm(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor 
 
 
 def add_layer_norm(x: torch.Tensor, update: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
-                   eps: float = 1e-5, backend: str = "auto",
-                   to_matmul: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+                   eps: float = 1e-5, backend: str = "auto", to_matmul: bool = False,
+                   rows: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """(s, layer_norm(s)) with s = x + update (x [..., N], s in their promoted dtype): a pre-norm block's residual
     add and the norm that reads its result. update has x's shape or its trailing dims alone (learned positions [L,
     N] added to every sequence of x [B, L, N]), broadcast over the rest. The Triton path does both in one pass, and
@@ -82,16 +83,26 @@ def add_layer_norm(x: torch.Tensor, update: torch.Tensor, weight: torch.Tensor |
     a broadcast update, summed over the dims it was broadcast over, by a column sum of x's gradient): the numbers of
     the add, the norm and autograd's sum and cast, in one kernel each way (on a GPU up to the rounding of a
     multiply-add the compiler may fuse into that sum, and the order of the broadcast update's sum). y's dtype is
-    ``layer_norm``'s (``to_matmul`` too)."""
+    ``layer_norm``'s (``to_matmul`` too).
+
+    ``rows`` [B, K] (int64, x [B, L, N]): s is wanted at those rows of each sequence alone, returned as [B, K, N]
+    (``rows_at(s, rows)``; the last block's stream, whose other rows reach no loss). Its gradient then comes back
+    as those rows, and the Triton backward adds each where it belongs as it writes x's gradient: no zero-filled
+    [B, L, N] gradient with the rows scattered into it, no second read of it. The rows of a sequence must be
+    distinct there (a repeated row's gradients would not add up; ``zoo.data`` pads positions with distinct rows)."""
     if update.dim() > x.dim() or update.shape != x.shape[x.dim() - update.dim():]:
         raise ValueError(f"update.shape={tuple(update.shape)} is not valid: expected the shape of x, "
                          f"{tuple(x.shape)}, or its trailing dims")
     out_dtype = _autocast_out(x, torch.promote_types(x.dtype, update.dtype), to_matmul)
+    if rows is not None and (x.dim() != 3 or rows.dim() != 2 or rows.shape[0] != x.shape[0]):
+        raise ValueError(f"rows.shape={tuple(rows.shape)} is not valid: expected [B, K] rows of x [B, L, N], "
+                         f"{tuple(x.shape)}")
     if not _use_triton("layer_norm", backend, x):
         total = x + update
-        return total, layer_norm_naive(total, weight, bias, eps).to(out_dtype)
+        y = layer_norm_naive(total, weight, bias, eps).to(out_dtype)
+        return (total if rows is None else rows_at(total, rows)), y
     from zoo.kernels.layer_norm.fused import add_norm_triton
-    return add_norm_triton(x, update, weight, bias, eps, False, out_dtype)
+    return add_norm_triton(x, update, weight, bias, eps, False, out_dtype, rows)
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor | None = None, eps: float | None = None,
@@ -128,9 +139,11 @@ class LayerNorm(torch.nn.LayerNorm):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return layer_norm(x, self.weight, self.bias, self.eps, to_matmul=self.to_matmul)
 
-    def after_add(self, x: torch.Tensor, update: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(x + update, this norm of it) through :func:`add_layer_norm`: one pass each way on a GPU."""
-        return add_layer_norm(x, update, self.weight, self.bias, self.eps, to_matmul=self.to_matmul)
+    def after_add(self, x: torch.Tensor, update: torch.Tensor,
+                  rows: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(x + update, or its ``rows`` alone, and this norm of it) through :func:`add_layer_norm`: one pass each way
+        on a GPU."""
+        return add_layer_norm(x, update, self.weight, self.bias, self.eps, to_matmul=self.to_matmul, rows=rows)
 
 
 class RMSNorm(torch.nn.RMSNorm):

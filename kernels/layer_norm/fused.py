@@ -93,7 +93,7 @@ def _norm_fwd_kernel(X, R, Z, W, B, S, Y, MEAN, RSTD, M, H, N, x_s0, x_s1, r_s0,
 
 
 @triton.jit
-def _norm_bwd_kernel(X, Z, W, B, DY, DS, MEAN, RSTD, DX, DR, DZ, DW, DB, M, H, N, x_s0, x_s1, z_s0, z_s1, dy_s0,
+def _norm_bwd_kernel(X, Z, W, B, DY, DS, DS_AT, MEAN, RSTD, DX, DR, DZ, DW, DB, M, H, N, x_s0, x_s1, z_s0, z_s1, dy_s0,
                      dy_s1, tiles_per_program, RMS: tl.constexpr, GATE_FIRST: tl.constexpr, ROWS: tl.constexpr,
                      BLOCK_N: tl.constexpr):
     pid = tl.program_id(0)
@@ -144,7 +144,12 @@ def _norm_bwd_kernel(X, Z, W, B, DY, DS, MEAN, RSTD, DX, DR, DZ, DW, DB, M, H, N
                 tl.store(DZ + rows[:, None] * N + cols[None, :], dz.to(DZ.dtype.element_ty), mask=mask)
             dx = dx * z * sig
         if DS is not None:  # the sum's own gradient (its later uses) joins the norm's
-            dx += tl.load(DS + rows[:, None] * N + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+            if DS_AT is None:
+                dx += tl.load(DS + rows[:, None] * N + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+            else:  # given at some rows alone: each row's index among them, or -1
+                at = tl.load(DS_AT + rows, mask=row_ok, other=-1).to(tl.int64)
+                dx += tl.load(DS + at[:, None] * N + cols[None, :], mask=mask & (at >= 0)[:, None],
+                              other=0.0).to(tl.float32)
         tl.store(DX + rows[:, None] * N + cols[None, :], dx.to(DX.dtype.element_ty), mask=mask)
         if DR is not None:  # the same gradient for r, in r's dtype
             tl.store(DR + rows[:, None] * N + cols[None, :], dx.to(DR.dtype.element_ty), mask=mask)
@@ -170,7 +175,7 @@ class _Norm(torch.autograd.Function):
     """y = norm(x) (times silu(gate)); with an update r, the norm of s = x + r, returning (s, y)."""
 
     @staticmethod
-    def forward(ctx, x, update, weight, bias, gate, eps, rms, out_dtype, return_sum, gate_first):
+    def forward(ctx, x, update, weight, bias, gate, eps, rms, out_dtype, return_sum, gate_first, picked_rows):
         ctx.set_materialize_grads(False)
         N = x.shape[-1]
         H = x.shape[-2] if x.dim() >= 3 else 1
@@ -194,7 +199,12 @@ class _Norm(torch.autograd.Function):
         ctx.shape, ctx.rms, ctx.gate_first = x.shape, rms, gate_first
         ctx.dtypes = x.dtype, None if update is None else update.dtype
         ctx.update_shape = None if update is None else update.shape
-        return (total, y) if return_sum else y
+        if picked_rows is None:
+            ctx.picked = None
+            return (total, y) if return_sum else y
+        # the picked rows' indices among the [M, N] rows of the sum
+        ctx.picked = (picked_rows + torch.arange(0, M, x.shape[1], device=x.device)[:, None]).flatten()
+        return total.view(M, N)[ctx.picked].view(*picked_rows.shape, N), y
 
     @staticmethod
     def backward(ctx, *grads):
@@ -202,13 +212,19 @@ class _Norm(torch.autograd.Function):
         x3, z3, weight, bias, mean, rstd = ctx.saved_tensors
         M, H, N = x3.shape[0] * x3.shape[1], x3.shape[1], x3.shape[2]
         if dy is None:  # only the sum was used: its gradient passes through to x and update
+            if ctx.picked is not None:
+                ds = ds.new_zeros(M, N).index_copy_(0, ctx.picked, ds.reshape(-1, N)).view(ctx.shape)
             dr = _update_grad(ds.to(ctx.dtypes[1]), ctx.update_shape) if ctx.needs_input_grad[1] else None
-            return ds.to(ctx.dtypes[0]), dr, None, None, None, None, None, None, None, None
+            return ds.to(ctx.dtypes[0]), dr, None, None, None, None, None, None, None, None, None
         rows, block_n = _tile(N)
         tiles = max(1, triton.cdiv(M, rows))
         per_program, programs = even_walks(tiles, resident_programs(x3.device))
         dy3 = _rows(dy, H)
         ds = None if ds is None else ds.contiguous()
+        ds_at = None
+        if ds is not None and ctx.picked is not None:  # each row's index among the picked rows, or -1
+            ds_at = torch.full((M,), -1, dtype=torch.int32, device=x3.device)
+            ds_at[ctx.picked] = torch.arange(ctx.picked.numel(), dtype=torch.int32, device=x3.device)
         x_dtype, r_dtype = ctx.dtypes
         dx = torch.empty(ctx.shape, dtype=x_dtype, device=x3.device)
         # a broadcast update's gradient is x's summed: written apart only where x's dtype would round it
@@ -223,7 +239,7 @@ class _Norm(torch.autograd.Function):
         db = partial[wanted.index(3)] if 3 in wanted else None
         z_s0, z_s1 = (0, 0) if z3 is None else z3.stride()[:2]
         _norm_bwd_kernel[(programs,)](
-            x3, z3, weight, bias, dy3, ds, mean, rstd, dx, dr, dz, dw, db, M, H, N, x3.stride(0), x3.stride(1),
+            x3, z3, weight, bias, dy3, ds, ds_at, mean, rstd, dx, dr, dz, dw, db, M, H, N, x3.stride(0), x3.stride(1),
             z_s0, z_s1, dy3.stride(0), dy3.stride(1), per_program,
             RMS=ctx.rms, GATE_FIRST=ctx.gate_first, ROWS=rows, BLOCK_N=block_n, num_warps=NUM_WARPS)
         sums = sum_rows(partial) if wanted else None
@@ -231,7 +247,7 @@ class _Norm(torch.autograd.Function):
         db = None if db is None else sums[wanted.index(3)].to(bias.dtype)
         if ctx.needs_input_grad[1]:
             dr = _update_grad(dx if dr is None else dr, ctx.update_shape).to(r_dtype)
-        return dx, dr, dw, db, dz, None, None, None, None, None
+        return dx, dr, dw, db, dz, None, None, None, None, None, None
 
 
 def _update_grad(grad: torch.Tensor, shape: torch.Size) -> torch.Tensor:
@@ -253,13 +269,16 @@ def norm_triton(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor
     """RMSNorm (``rms``, no bias) or LayerNorm of x [..., N] over N, times weight [N], plus bias [N], times
     silu(gate) [..., N], or with ``gate_first`` of x * silu(gate); each of weight, bias, gate may be None. Float32
     math; y [..., N] in ``out_dtype``."""
-    return _Norm.apply(x, None, weight, bias, gate, eps, rms, out_dtype, False, gate_first)
+    return _Norm.apply(x, None, weight, bias, gate, eps, rms, out_dtype, False, gate_first, None)
 
 
 @not_compiled
 def add_norm_triton(x: torch.Tensor, update: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
-                    eps: float, rms: bool, out_dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+                    eps: float, rms: bool, out_dtype: torch.dtype,
+                    rows: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """(s, norm(s)) with s = x + update [..., N] in their promoted dtype, in one pass: the residual add of a
     pre-norm block fused into the norm after it. The backward adds s's own gradient to the norm's in the same
-    pass and writes it twice, for x and for update, in their dtypes."""
-    return _Norm.apply(x, update, weight, bias, None, eps, rms, out_dtype, True, False)
+    pass and writes it twice, for x and for update, in their dtypes. With ``rows`` [B, K] (x [B, L, N]) s is
+    returned at those rows of each sequence alone, [B, K, N], and their gradient is added in the same pass, each
+    row where it belongs (the rows of a sequence distinct)."""
+    return _Norm.apply(x, update, weight, bias, None, eps, rms, out_dtype, True, False, rows)

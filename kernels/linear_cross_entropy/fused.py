@@ -12,8 +12,9 @@ gradient in the backward, read them twice).
 The kernel holds a row of up to ``ONE_PASS_MAX`` classes in registers (one read); a longer row is read twice, the
 second time block by block right after the first, mostly from L2. The math is float32 throughout; G is rounded to
 the logits' dtype once. Backward, both matmuls write float32 (cuBLAS's ``out_dtype`` for 16-bit CUDA inputs), g
-scales them there, and x's gradient is rounded to x's dtype once: with g = 1 the G that ``zoo.kernels.cross_entropy``
-writes and the gradients of the head through ``zoo.kernels.linear``, up to cuBLAS's choice of kernel.
+scales them there, and x's gradient is rounded to x's dtype once: with g = 1 the numbers of the head through
+``zoo.kernels.linear`` and ``zoo.kernels.cross_entropy``, up to the order of the log-sum-exp's sum (a few entries of
+G round to the neighbouring bf16 value) and cuBLAS's choice of kernel.
 
 Shapes: x [R, D], weight [V, D], targets [R] int64 -> a float32 0-d loss; n = the number of labelled rows, read
 from device memory (nothing waits for the host: CUDA graphs).

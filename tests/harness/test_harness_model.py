@@ -109,6 +109,24 @@ def test_norms_write_what_their_matmul_reads_and_the_final_norm_only_labelled_ro
         torch.testing.assert_close(a, b, **exact)
 
 
+@pytest.mark.parametrize("mixer", ["softmax", "mamba"])
+def test_the_triton_norms_pick_the_last_block_s_rows_as_the_reference_norms_do(monkeypatch, mixer):
+    """The last block's norm returns the stream at the labelled rows alone and adds their gradient in its backward
+    pass (``add_layer_norm``'s ``rows``): on the Triton norms (interpreted) the reference norms' logits and gradients,
+    to the rounding of their float32 sums."""
+    torch.manual_seed(0)
+    model = LanguageModel(40, 32, n_layers=2, mixer=mixer, max_seq_len=16, dropout=0.0)
+    ids, positions = torch.randint(0, 40, (2, 16)), torch.tensor([[3, 7, 15], [0, 8, 9]])
+    want = logits_and_grads(model, lambda m, i, p: m(i, p), ids, positions, False)
+    assert backend.last_backend("layer_norm") == "naive"
+    monkeypatch.setattr(layer_norm_op, "named_or_gpu", lambda backend, name, x: backend in (name, "auto"))
+    got = logits_and_grads(model, lambda m, i, p: m(i, p), ids, positions, False)
+    assert backend.last_backend("layer_norm") == "triton"
+    assert len(got) == len(want) > 1
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
 @pytest.fixture
 def picked(monkeypatch) -> list[int]:
     """The number of keys L of every attention from the labelled rows alone, in order (``MultiHeadMixer.visible_at``

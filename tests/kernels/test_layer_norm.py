@@ -8,6 +8,7 @@ import torch.nn.functional as F
 
 from zoo.kernels import backend
 from zoo.kernels.layer_norm import MAX_N, LayerNorm, RMSNorm, add_layer_norm, layer_norm, rms_norm
+from zoo.kernels.rows import rows_at
 from graph_capture import capture
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -240,6 +241,37 @@ def test_add_layer_norm_broadcasts_an_update_of_trailing_dims_and_sums_its_gradi
     torch.testing.assert_close(grad, torch.full(update_shape, x.numel() / update.numel()), rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("name", ["naive", "triton"])
+@pytest.mark.parametrize("update_shape", [(3, 10, 16), (10, 16)])
+def test_add_layer_norm_returns_the_sum_at_rows_and_adds_their_gradient_where_they_belong(name, update_shape):
+    """``rows``: the sum at K distinct rows of each sequence, [B, K, N], bit for bit as the add, the norm and
+    ``rows_at`` apart, and so is every gradient (x's: the norm's plus the rows' own, added in the backward pass);
+    also when only the rows are used."""
+    torch.manual_seed(0)
+    x, update = torch.randn(3, 10, 16), torch.randn(*update_shape)
+    weight, bias = torch.randn(16), torch.randn(16)
+    rows = torch.tensor([[9, 0, 4, 5], [1, 2, 3, 7], [8, 6, 0, 2]])
+    results = []
+    for fused in (True, False):
+        leaves = [t.detach().clone().requires_grad_() for t in (x, update, weight, bias)]
+        if fused:
+            picked, y = add_layer_norm(*leaves, backend=name, rows=rows)
+        else:
+            total, y = add_then_norm(*leaves, backend=name)
+            picked = rows_at(total, rows)
+        assert backend.last_backend("layer_norm") == name and picked.shape == (3, 4, 16)
+        torch.manual_seed(1)
+        grads = torch.autograd.grad((picked, y), leaves, (torch.randn_like(picked), torch.randn_like(y)))
+        only = torch.autograd.grad(add_layer_norm(*leaves, backend=name, rows=rows)[0].sum() if fused else
+                                   rows_at(add_then_norm(*leaves, backend=name)[0], rows).sum(), leaves[:2])
+        results.append((picked, y, *grads, *only))
+    for i, (a, r) in enumerate(zip(*results)):
+        broadcast_sum = update_shape == (10, 16) and i in (3, 7)  # the update's gradient summed over sequences
+        torch.testing.assert_close(a, r, rtol=1e-6 if broadcast_sum else 0, atol=1e-6 if broadcast_sum else 0)
+    with pytest.raises(ValueError, match=r"rows.shape=\(4,\) is not valid: expected \[B, K\] rows"):
+        add_layer_norm(x, update, weight, bias, rows=rows[0])
+
+
 def gpu_inputs(*shape, dtype=torch.float32):
     return torch.randn(*shape, device=DEVICE, dtype=dtype, requires_grad=True)
 
@@ -369,6 +401,44 @@ def test_gpu_add_layer_norm_adds_learned_positions_to_every_sequence():
     for a, r in zip(fused, apart):
         assert a.shape == r.shape and a.dtype == r.dtype
         assert_close_overall(a, r, 1e-6)
+
+
+@pytest.mark.gpu
+def test_gpu_add_layer_norm_at_the_labelled_rows_adds_their_gradient_where_they_belong():
+    """MQAR's last block: the stream [256, 256, 128] plus a bf16 mixer output, picked at 16 distinct rows of each
+    sequence by the norm, against the add, the norm and ``rows_at`` apart, under bf16 autocast, and in a CUDA graph."""
+    torch.manual_seed(0)
+    x, update = torch.randn(256, 256, 128, device=DEVICE), torch.randn(256, 256, 128, device=DEVICE).bfloat16()
+    weight, bias = torch.randn(128, device=DEVICE), torch.randn(128, device=DEVICE)
+    rows = torch.rand(256, 256, device=DEVICE).argsort(1)[:, :16]
+    results = []
+    for fused in (True, False):
+        leaves = [t.detach().clone().requires_grad_() for t in (x, update, weight, bias)]
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            if fused:
+                picked, y = add_layer_norm(*leaves, rows=rows)
+            else:
+                total, y = add_then_norm(*leaves, backend="triton")
+                picked = rows_at(total, rows)
+        torch.manual_seed(1)
+        grads = torch.autograd.grad((picked, y), leaves, (torch.randn_like(picked), torch.randn_like(y)))
+        results.append((picked, y, *grads))
+    for a, r in zip(*results):
+        assert a.dtype == r.dtype
+        assert_close_overall(a, r, 1e-6 if a.dtype == torch.float32 else 1e-3)
+    leaves = [t.clone().requires_grad_() for t in (x, update, weight, bias)]
+
+    def step():
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            picked, y = add_layer_norm(*leaves, rows=rows)
+        return (y, *torch.autograd.grad((picked.square().sum() + y.square().sum()), leaves))
+
+    graph, captured = capture(step, warmups=3)
+    with torch.no_grad():
+        leaves[0].copy_(torch.randn_like(leaves[0]))
+    graph.replay()
+    for a, b in zip(captured, step()):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
 
 
 @pytest.mark.gpu
