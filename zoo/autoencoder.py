@@ -26,6 +26,7 @@ import math
 import torch
 from torch import nn
 
+from zoo.kernels.cross_entropy import cross_entropy
 from zoo.kernels.layer_norm import LayerNorm
 from zoo.kernels.rows import rows_at
 from zoo.model import LanguageModel
@@ -86,6 +87,12 @@ class AutoEncoder(nn.Module):
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """(..., D) decoder hidden states -> (..., V) logits."""
         return self.head(hidden)
+
+    def loss(self, hidden: torch.Tensor, targets: torch.Tensor, ignore_index: int) -> torch.Tensor:
+        """Mean cross-entropy of the logits at hidden states (..., D) against targets (...), over the targets that
+        are not ``ignore_index`` (float32, 0-d; ``LanguageModel.loss``'s interface, its own biased head here)."""
+        logits = self.logits(hidden)
+        return cross_entropy(logits.flatten(0, -2), targets.flatten(), ignore_index)
 
     def state_size(self, seq_len: int) -> int | None:
         """The encoder's inference state after ``seq_len`` tokens (``LanguageModel.state_size``)."""
