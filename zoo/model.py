@@ -11,7 +11,7 @@ import math
 import torch
 from torch import nn
 
-from zoo.kernels.embedding import Embedding
+from zoo.kernels.embedding import Embedding, embedding_dropout
 from zoo.kernels.layer_norm import LayerNorm
 from zoo.kernels.linear import linear
 from zoo.kernels.linear_cross_entropy import linear_cross_entropy
@@ -231,16 +231,12 @@ class LanguageModel(nn.Module):
         L = input_ids.shape[1]
         if L > self.max_seq_len:
             raise ValueError(f"sequence length {L} exceeds max_seq_len={self.max_seq_len}")
-        x = self.embed(input_ids)
+        pos = None if self.pos_embed is None else self.pos_embed.weight[:L]
         update = None  # what the next norm adds to x first: the positions, then each block's output
-        if self.pos_embed is not None:
-            pos = self.pos_embed.weight[:L]
-            if self.embed_dropout and self.training:
-                x = x + pos
-            else:  # the first block's norm adds them to every sequence (one pass each way; their gradient, the
-                update = pos  # stream's summed over the batch, is a column sum of it)
-        if self.embed_dropout:
-            x = nn.functional.dropout(x, self.embed_dropout, self.training)
+        if self.embed_dropout and self.training:  # the rows, their positions and dropout: one pass each way on a GPU
+            x = embedding_dropout(input_ids, self.embed.weight, pos, self.embed_dropout)
+        else:  # the first block's norm adds the positions to every sequence (one pass each way; their gradient, the
+            x, update = self.embed(input_ids), pos  # stream's summed over the batch, is a column sum of it)
         layer_state: dict = {}
         last = len(self.blocks) - 1
         for i, block in enumerate(self.blocks):

@@ -9,15 +9,20 @@ the same gather as ``F.embedding``.
 
 ``embedding(ids, weight, backend="auto")``: ``"triton"`` (``sorted_sum.py``), ``"naive"`` ``F.embedding``
 (``naive.py``), ``"auto"`` the Triton backward for CUDA tensors. ``zoo.kernels.backend.last_backend("embedding")``
-says which ran. Not supported: ``padding_idx``, ``max_norm``, ``scale_grad_by_freq`` and sparse gradients
+says which ran.
+
+``embedding_dropout(ids, weight, positions, p, backend="auto")``: ``dropout(weight[ids] + positions, p)`` in
+training, a model's embedding dropout: ``"triton"`` (``dropout.py``: one pass each way, the mask drawn from a seed
+and never stored, the weight gradient by ``sorted_sum.py``), ``"naive"`` (``F.embedding``, the add and
+``F.dropout``), ``"auto"`` Triton for CUDA tensors; ``last_backend("embedding_dropout")``. Not supported: ``padding_idx``, ``max_norm``, ``scale_grad_by_freq`` and sparse gradients
 (use ``F.embedding`` for those).
 """
 from __future__ import annotations
 
 import torch
 
-from zoo.kernels.backend import NAIVE, check_backend, recorded_path
-from zoo.kernels.embedding.naive import embedding_naive
+from zoo.kernels.backend import NAIVE, check_backend, record, recorded_path
+from zoo.kernels.embedding.naive import embedding_dropout_naive, embedding_naive
 
 BACKENDS = ("auto", "triton", NAIVE)
 
@@ -28,6 +33,26 @@ def embedding(ids: torch.Tensor, weight: torch.Tensor, backend: str = "auto") ->
     fast = recorded_path("embedding", backend, "triton", "zoo.kernels.embedding.sorted_sum", weight,
                          "embedding on GPU (falls back to PyTorch's backward)")
     return embedding_naive(ids, weight) if fast is None else fast.embedding(ids, weight)
+
+
+def embedding_dropout(ids: torch.Tensor, weight: torch.Tensor, positions: torch.Tensor | None, p: float,
+                      backend: str = "auto") -> torch.Tensor:
+    """dropout(weight[ids] + positions, p) for ids [B, L] (each in [0, V)), weight [V, D] and positions [L, D] (or
+    None) -> [B, L, D] in weight's dtype: each value dropped with probability p, the rest scaled by 1 / (1 - p)."""
+    check_backend(backend, BACKENDS)
+    if ids.dim() != 2 or (positions is not None and positions.shape != (ids.shape[1], weight.shape[1])):
+        raise ValueError(f"embedding_dropout: ids {tuple(ids.shape)} and positions "
+                         f"{None if positions is None else tuple(positions.shape)} are not valid: expected ids [B, L] "
+                         f"and positions [L, D] = [{ids.shape[-1]}, {weight.shape[1]}] or None")
+    if not 0 <= p < 1:
+        raise ValueError(f"embedding_dropout: p={p} is not valid: expected a probability in [0, 1)")
+    # the kernels draw each value's mask from its flat index, an int32
+    fast = None if ids.numel() * weight.shape[1] >= 2 ** 31 else recorded_path(
+        "embedding_dropout", backend, "triton", "zoo.kernels.embedding.dropout", weight, "embedding dropout on GPU")
+    if fast is None:
+        record("embedding_dropout", NAIVE)
+        return embedding_dropout_naive(ids, weight, positions, p)
+    return fast.embedding_dropout(ids, weight, positions, p)
 
 
 class Embedding(torch.nn.Embedding):
@@ -47,4 +72,4 @@ class Embedding(torch.nn.Embedding):
         return embedding(ids, self.weight)
 
 
-__all__ = ["embedding", "Embedding", "BACKENDS"]
+__all__ = ["embedding", "embedding_dropout", "Embedding", "BACKENDS"]

@@ -1,14 +1,15 @@
 """A projection read as per-head parts (attention's q, k, v), whose parts' gradients are packed and bias-summed in one
-Triton pass.
+Triton pass over them.
 
 Why: softmax attention projects x [B, L, D] to q, k, v as views of one [B, L, 3D] output. Backward, autograd
 concatenates their three gradients (each [B, L, H, Dh], in practice views of the contiguous [B, H, L, Dh] tensors
 cuDNN's SDPA backward writes, or for the last layer's queries a zero-filled tensor with the scattered rows) into one
 [B, L, 3D] tensor, a copy kernel of 32 us a call on an H100 at B=256, L=256, D=128; the bias gradient's column sum
-(``fused.column_sum``) then reads that whole tensor again, about 17 us more. Here one kernel reads each part's
-gradient with its own strides, writes the packed [M, 3D] gradient (M = B * L) the matmul gradients read, and adds
-its columns for the bias as it goes: a fixed set of programs, each a contiguous run of rows of one part and one
-block of columns, stores one row of a float32 [programs, N] partial, which ``sum_rows`` finishes. No atomics, so the
+(``fused.column_sum``) then reads that whole tensor again, about 17 us more. Here a kernel a part reads that
+part's gradient with its own strides, writes its columns of the packed [M, 3D] gradient (M = B * L) the matmul
+gradients read, and adds them up for the bias as it goes: a fixed set of programs, each a contiguous run of rows
+and one block of columns, stores its sums in one row of a float32 [programs, N] partial, which ``sum_rows``
+finishes. No atomics, so the
 gradient is the same on every run; it is summed in float32 and rounded to the bias's dtype once, as ``column_sum``'s.
 A part without a gradient (not used by the loss) is written as zeros, with no tensor of zeros read.
 
@@ -35,14 +36,14 @@ from zoo.kernels.partial_sums import sum_rows
 
 
 @triton.jit
-def _pack_part(G, strides, OUT, PARTIAL, M, L, N, WIDTH, rows_per_program, ZERO: tl.constexpr,
-               SUMS: tl.constexpr, HEAD_DIM: tl.constexpr, ROWS: tl.constexpr, BLOCK_N: tl.constexpr):
-    """This program's rows and block of columns of one part: G [B, L, heads, HEAD_DIM] (``strides``) into its
+def _pack_column_sum_kernel(G, OUT, PARTIAL, M, L, N, WIDTH, s0, s1, s2, s3, rows_per_program, ZERO: tl.constexpr,
+                            SUMS: tl.constexpr, HEAD_DIM: tl.constexpr, ROWS: tl.constexpr, BLOCK_N: tl.constexpr):
+    """This program's rows and block of columns of one part: G [B, L, heads, HEAD_DIM] (strides s0..s3) into its
     WIDTH columns of OUT [M, N] (OUT and PARTIAL point at the part's first column), and their column sums into this
     program's row of PARTIAL where SUMS. A ZERO part (no gradient) reads nothing and writes zeros."""
-    cols = tl.program_id(2) * BLOCK_N + tl.arange(0, BLOCK_N)
+    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     col_ok = cols < WIDTH
-    col_offsets = (cols // HEAD_DIM) * strides[2] + (cols % HEAD_DIM) * strides[3]
+    col_offsets = (cols // HEAD_DIM) * s2 + (cols % HEAD_DIM) * s3
     first = tl.program_id(0).to(tl.int64) * rows_per_program
     acc = tl.zeros([ROWS, BLOCK_N], dtype=tl.float32)  # ROWS independent sums per column: loads stay in flight
     for start in range(0, rows_per_program, ROWS):
@@ -51,7 +52,7 @@ def _pack_part(G, strides, OUT, PARTIAL, M, L, N, WIDTH, rows_per_program, ZERO:
         if ZERO:
             g = tl.zeros([ROWS, BLOCK_N], dtype=OUT.dtype.element_ty)
         else:
-            row_offsets = (rows // L) * strides[0] + (rows % L) * strides[1]
+            row_offsets = (rows // L) * s0 + (rows % L) * s1
             g = tl.load(G + row_offsets[:, None] + col_offsets[None, :], mask=mask, other=0.0)
             g = g.to(OUT.dtype.element_ty)
         tl.store(OUT + rows[:, None] * N + cols[None, :], g, mask=mask)
@@ -61,25 +62,12 @@ def _pack_part(G, strides, OUT, PARTIAL, M, L, N, WIDTH, rows_per_program, ZERO:
         tl.store(PARTIAL + tl.program_id(0) * N + cols, tl.sum(acc, axis=0), mask=col_ok)
 
 
-@triton.jit
-def _pack_column_sum_kernel(GRADS, STRIDES, OUT, PARTIAL, M, L, N, WIDTH, rows_per_program, PARTS: tl.constexpr,
-                 ZEROS: tl.constexpr, SUMS: tl.constexpr, HEAD_DIM: tl.constexpr, ROWS: tl.constexpr,
-                 BLOCK_N: tl.constexpr):
-    # a (row block, part, column block) grid. A tuple's members are picked by compile-time indices only: each part
-    # has a branch of its own, compiled for its gradient's pointer and strides (bit i of ZEROS: part i has none)
-    part = tl.program_id(1)
-    for i in tl.static_range(PARTS):
-        if part == i:
-            _pack_part(GRADS[i], STRIDES[i], OUT + i * WIDTH, PARTIAL + i * WIDTH, M, L, N, WIDTH, rows_per_program,
-                       (ZEROS >> i) & 1, SUMS, HEAD_DIM, ROWS, BLOCK_N)
-
-
 def pack_grads(grads, shape: tuple[int, int, int, int], dtype: torch.dtype, sums: bool):
     """The parts' gradients (each [B, L, heads, Dh] of ``shape``, any strides, or None for zeros) side by side as
     one contiguous [B * L, parts * heads * Dh] tensor in ``dtype``, and (``sums``) its float32 column sums [N], else
-    None."""
+    None. One launch a part (a few microseconds each in a CUDA graph), all writing one partial for one row sum."""
     B, L, heads, head_dim = shape
-    parts, width = len(grads), heads * head_dim
+    width = heads * head_dim
     M, N = B * L, len(grads) * width
     device = next(g for g in grads if g is not None).device
     out = torch.empty(M, N, dtype=dtype, device=device)
@@ -88,17 +76,15 @@ def pack_grads(grads, shape: tuple[int, int, int, int], dtype: torch.dtype, sums
     block_n = min(triton.next_power_of_2(width), MAX_BLOCK_N)
     rows = max(1, TILE // block_n)
     column_blocks = triton.cdiv(width, block_n)
-    programs = max(1, min(triton.cdiv(M, rows), resident_programs(device) // (parts * column_blocks)))
+    programs = max(1, min(triton.cdiv(M, rows), resident_programs(device) // column_blocks))
     per_program = triton.cdiv(triton.cdiv(M, programs), rows) * rows
     programs = triton.cdiv(M, per_program)  # none left without rows: every partial row is written
     partial = torch.empty(programs, N, dtype=torch.float32, device=device) if sums else out
-    # a part without a gradient is never read: the output stands in for its pointer
-    pointers = tuple(out if g is None else g for g in grads)
-    strides = tuple((0, 0, 0, 0) if g is None else g.stride() for g in grads)
-    zeros = sum(1 << i for i, g in enumerate(grads) if g is None)
-    _pack_column_sum_kernel[(programs, parts, column_blocks)](
-        pointers, strides, out, partial, M, L, N, width, per_program, PARTS=parts, ZEROS=zeros, SUMS=sums,
-        HEAD_DIM=head_dim, ROWS=rows, BLOCK_N=block_n, num_warps=NUM_WARPS)
+    for i, g in enumerate(grads):  # a part without a gradient is never read: the output stands in for its pointer
+        _pack_column_sum_kernel[(programs, column_blocks)](
+            out if g is None else g, out[:, i * width:], partial[:, i * width:], M, L, N, width,
+            *((0, 0, 0, 0) if g is None else g.stride()), per_program, ZERO=g is None, SUMS=sums,
+            HEAD_DIM=head_dim, ROWS=rows, BLOCK_N=block_n, num_warps=NUM_WARPS)
     return out, sum_rows(partial) if sums else None
 
 

@@ -10,7 +10,7 @@ from zoo.kernels.cross_entropy import cross_entropy
 from zoo.kernels.delta_rule import delta_rule
 from zoo.kernels.gatedfwa import gate_cumsum, gated_window_attention
 from zoo.kernels.gla import gla
-from zoo.kernels.embedding import embedding
+from zoo.kernels.embedding import embedding, embedding_dropout
 from zoo.kernels.layer_norm import layer_norm, rms_norm
 from zoo.kernels.linear import head_parts, linear
 from zoo.kernels.linear_cross_entropy import linear_cross_entropy
@@ -60,6 +60,9 @@ ENTRIES = {
     "rms_norm": (lambda x, w, z, backend: rms_norm(x, w, 1e-6, gate=z, backend=backend),
                  lambda: (rand(B, T, H, 8), rand(8), rand(B, T, H, 8)), "rms_norm", "naive", ["triton"]),
     "embedding": (embedding, lambda: (torch.randint(0, 7, (B, T)), rand(7, 5)), "embedding", "naive", ["triton"]),
+    "embedding_dropout": (lambda i, w, pos, backend: embedding_dropout(i, w, pos, 0.0, backend=backend),
+                          lambda: (torch.randint(0, 7, (B, T)), rand(7, 5), rand(T, 5)), "embedding_dropout", "naive",
+                          ["triton"]),  # without dropout: the draws differ between the two paths
     "linear": (linear, lambda: (rand(B, T, 6), rand(5, 6), rand(5)), "linear", "naive", ["triton"]),
     "head_parts": (lambda x, w, b, backend: torch.stack(head_parts(x, w, b, 3, H, backend=backend)),
                    lambda: (rand(B, T, 6), rand(3 * H * K, 6), rand(3 * H * K)), "head_parts", "naive", ["triton"]),

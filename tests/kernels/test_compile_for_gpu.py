@@ -125,12 +125,14 @@ def test_every_launched_triton_kernel_compiles_for_sm90(monkeypatch):
     torch.manual_seed(0)
     ids = torch.randint(0, 16, (2, 16))
     # zoo's own mixers (other tests register misbehaving ones in this process, one of which ends it)
+    # (with embedding dropout, and the training loss beside the loss alone of the logits)
     for mixer in [m for m in list_mixers() if get_mixer(m).__module__.startswith("zoo.mixers.")]:
-        model = LanguageModel(16, 64, n_layers=2, mixer=mixer, max_seq_len=16)
+        model = LanguageModel(16, 64, n_layers=2, mixer=mixer, max_seq_len=16, embed_dropout=0.1)
         for bf16 in (False, True):  # float32 runs, and the dtypes training sees under bf16 autocast on a GPU
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-                logits = model.logits(model(ids)).flatten(0, 1)
-            cross_entropy(logits, ids.flatten()).backward()
+                hidden = model(ids)
+                loss = model.loss(hidden, ids, -100) + cross_entropy(model.logits(hidden).flatten(0, 1), ids.flatten())
+            loss.backward()
     # kernels no mixer launches: RWKV-7's fused recurrence, which decays without a bound take (the layer's are
     # bounded and take the chunked kernels); float32, and the layer's dtypes under bf16 autocast (w in float32)
     for dtype in (torch.float32, torch.bfloat16):
