@@ -617,9 +617,10 @@ def linear_rows(M, K, N):
 
 
 def linear_cross_entropy_rows(R, D, V):
-    """{name: (fwd ms, fwd+bwd ms)} of the tied head and the loss, bf16 x [R, D] and a float32 weight [V, D] under
-    bf16 autocast, one row in eight unlabelled: ``linear_cross_entropy`` (the logits' gradient written with the
-    loss), zoo's ``linear`` then ``cross_entropy`` (the gradient written in the backward) and the reference."""
+    """{name: (fwd ms, fwd+bwd ms)} timed in a CUDA graph of the tied head and the loss, bf16 x [R, D] and a float32
+    weight [V, D] under bf16 autocast, one row in eight unlabelled: ``linear_cross_entropy`` (the logits' gradient
+    written with the loss), zoo's ``linear`` then ``cross_entropy`` (the gradient written in the backward) and the
+    reference."""
     dev = "cuda"
     torch.manual_seed(0)
     x = torch.randn(R, D, device=dev, dtype=torch.bfloat16, requires_grad=True)
@@ -631,14 +632,15 @@ def linear_cross_entropy_rows(R, D, V):
             "linear, then cross_entropy (triton)": lambda: cross_entropy(
                 linear(x, weight, None, backend="triton"), targets, backend="triton"),
             "reference (naive)": lambda: linear_cross_entropy(x, weight, targets, backend="naive")}
-    return {name: timed_pair(under_autocast(fn), one, (x, weight)) for name, fn in rows.items()}
+    return {name: graph_timed_pair(under_autocast(fn), one, (x, weight)) for name, fn in rows.items()}
 
 
 def head_parts_rows(B, L, D, H):
-    """{name: (fwd ms, fwd+bwd ms)} of attention's q, k, v projection of bf16 x [B, L, D] (as the norm before it
-    writes it) under bf16 autocast, the backward seeded with SDPA-shaped gradients (contiguous [B, H, L, D/H],
-    transposed): ``head_parts`` (its parts' gradients packed and bias-summed in one Triton pass), zoo's ``linear``
-    viewed and unbound (autograd's concatenation, then the Triton column sum) and the reference."""
+    """{name: (fwd ms, fwd+bwd ms)}, timed in a CUDA graph, of attention's q, k, v projection of bf16 x [B, L, D]
+    (as the norm before it writes it) under bf16 autocast, the backward seeded with SDPA-shaped gradients
+    (contiguous [B, H, L, D/H], transposed): ``head_parts`` (its parts' gradients packed and bias-summed in one
+    Triton pass), zoo's ``linear`` viewed and unbound (autograd's concatenation, then the Triton column sum) and the
+    reference."""
     dev = "cuda"
     torch.manual_seed(0)
     x = torch.randn(B, L, D, device=dev, dtype=torch.bfloat16, requires_grad=True)
@@ -650,9 +652,7 @@ def head_parts_rows(B, L, D, H):
             "linear (triton), view, unbind": lambda: linear(x, weight, bias, backend="triton").view(
                 B, L, 3, H, D // H).unbind(2),
             "reference (naive)": lambda: head_parts(x, weight, bias, 3, H, backend="naive")}
-    return {name: (timed(under_autocast(fn)),
-                   timed(lambda: torch.autograd.backward(under_autocast(fn)(), grads), leaves))
-            for name, fn in rows.items()}
+    return {name: graph_timed_pair(under_autocast(fn), grads, leaves) for name, fn in rows.items()}
 
 
 def shifted_linear_rows(B, T, D, R):

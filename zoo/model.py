@@ -226,8 +226,9 @@ class LanguageModel(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
         """(B, L) token ids -> (B, L, D) final hidden states, or with ``positions`` (B, K) those positions' alone
-        (distinct within a sequence), (B, K, D) (apply ``logits`` where needed). The last block and the final norm then work on the K picked rows
-        only (``Block``): a task with few labelled positions (MQAR's K = L / 16 at N=256) skips the rest."""
+        (distinct within a sequence), (B, K, D) (apply ``logits`` where needed). The last block and the final norm
+        then work on the K picked rows only (``Block``): a task with few labelled positions (MQAR's K = L / 16 at
+        N=256) skips the rest."""
         L = input_ids.shape[1]
         if L > self.max_seq_len:
             raise ValueError(f"sequence length {L} exceeds max_seq_len={self.max_seq_len}")

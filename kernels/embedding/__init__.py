@@ -14,8 +14,10 @@ says which ran.
 ``embedding_dropout(ids, weight, positions, p, backend="auto")``: ``dropout(weight[ids] + positions, p)`` in
 training, a model's embedding dropout: ``"triton"`` (``dropout.py``: one pass each way, the mask drawn from a seed
 and never stored, the weight gradient by ``sorted_sum.py``), ``"naive"`` (``F.embedding``, the add and
-``F.dropout``), ``"auto"`` Triton for CUDA tensors; ``last_backend("embedding_dropout")``. Not supported: ``padding_idx``, ``max_norm``, ``scale_grad_by_freq`` and sparse gradients
-(use ``F.embedding`` for those).
+``F.dropout``), ``"auto"`` Triton for CUDA tensors; ``last_backend("embedding_dropout")``.
+
+Not supported: ``padding_idx``, ``max_norm``, ``scale_grad_by_freq`` and sparse gradients (use ``F.embedding`` for
+those).
 """
 from __future__ import annotations
 

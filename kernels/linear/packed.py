@@ -5,13 +5,13 @@ Why: softmax attention projects x [B, L, D] to q, k, v as views of one [B, L, 3D
 concatenates their three gradients (each [B, L, H, Dh], in practice views of the contiguous [B, H, L, Dh] tensors
 cuDNN's SDPA backward writes, or for the last layer's queries a zero-filled tensor with the scattered rows) into one
 [B, L, 3D] tensor, a copy kernel of 32 us a call on an H100 at B=256, L=256, D=128; the bias gradient's column sum
-(``fused.column_sum``) then reads that whole tensor again, about 17 us more. Here a kernel a part reads that
-part's gradient with its own strides, writes its columns of the packed [M, 3D] gradient (M = B * L) the matmul
-gradients read, and adds them up for the bias as it goes: a fixed set of programs, each a contiguous run of rows
-and one block of columns, stores its sums in one row of a float32 [programs, N] partial, which ``sum_rows``
-finishes. No atomics, so the
-gradient is the same on every run; it is summed in float32 and rounded to the bias's dtype once, as ``column_sum``'s.
-A part without a gradient (not used by the loss) is written as zeros, with no tensor of zeros read.
+(``fused.column_sum``) then reads that whole tensor again, about 17 us more. Here one kernel reads each part's
+gradient with its own strides (up to three parts a launch), writes its columns of the packed [M, 3D] gradient (M = B
+* L) the matmul gradients read, and adds them up for the bias as it goes: a fixed set of programs, each a contiguous
+run of rows and one block of columns, stores its sums in one row of a float32 [programs, N] partial, which
+``sum_rows`` finishes. No atomics, so the gradient is the same on every run; it is summed in float32 and rounded to
+the bias's dtype once, as ``column_sum``'s. A part without a gradient (not used by the loss) is written as zeros,
+with no tensor of zeros read.
 
 Everything else is ``F.linear``'s, as in ``fused.py``: the forward (the parts are views of its one output), the
 input and weight gradients as matmuls of the packed gradient, in autocast's dtype when autocast is on, returned in
@@ -35,9 +35,12 @@ from zoo.kernels.linear.grads import weight_grad
 from zoo.kernels.partial_sums import sum_rows
 
 
+PARTS_A_LAUNCH = 3  # attention's q, k and v in one launch (more parts take more launches)
+
+
 @triton.jit
-def _pack_column_sum_kernel(G, OUT, PARTIAL, M, L, N, WIDTH, s0, s1, s2, s3, rows_per_program, ZERO: tl.constexpr,
-                            SUMS: tl.constexpr, HEAD_DIM: tl.constexpr, ROWS: tl.constexpr, BLOCK_N: tl.constexpr):
+def _pack_part(G, s0, s1, s2, s3, OUT, PARTIAL, M, L, N, WIDTH, rows_per_program, ZERO: tl.constexpr,
+               SUMS: tl.constexpr, HEAD_DIM: tl.constexpr, ROWS: tl.constexpr, BLOCK_N: tl.constexpr):
     """This program's rows and block of columns of one part: G [B, L, heads, HEAD_DIM] (strides s0..s3) into its
     WIDTH columns of OUT [M, N] (OUT and PARTIAL point at the part's first column), and their column sums into this
     program's row of PARTIAL where SUMS. A ZERO part (no gradient) reads nothing and writes zeros."""
@@ -62,10 +65,28 @@ def _pack_column_sum_kernel(G, OUT, PARTIAL, M, L, N, WIDTH, s0, s1, s2, s3, row
         tl.store(PARTIAL + tl.program_id(0) * N + cols, tl.sum(acc, axis=0), mask=col_ok)
 
 
+@triton.jit
+def _pack_column_sum_kernel(G0, G1, G2, OUT, PARTIAL, M, L, N, WIDTH, a0, a1, a2, a3, b0, b1, b2, b3, c0, c1, c2, c3,
+                            rows_per_program, ZEROS: tl.constexpr, SUMS: tl.constexpr, HEAD_DIM: tl.constexpr,
+                            ROWS: tl.constexpr, BLOCK_N: tl.constexpr):
+    # up to three parts on a (row runs, column blocks, parts) grid, each with its pointer and strides (bit i of ZEROS:
+    # part i has no gradient); OUT and PARTIAL point at the first part's first column
+    part = tl.program_id(2)
+    if part == 0:
+        _pack_part(G0, a0, a1, a2, a3, OUT, PARTIAL, M, L, N, WIDTH, rows_per_program, ZEROS & 1, SUMS, HEAD_DIM,
+                   ROWS, BLOCK_N)
+    elif part == 1:
+        _pack_part(G1, b0, b1, b2, b3, OUT + WIDTH, PARTIAL + WIDTH, M, L, N, WIDTH, rows_per_program,
+                   (ZEROS >> 1) & 1, SUMS, HEAD_DIM, ROWS, BLOCK_N)
+    else:
+        _pack_part(G2, c0, c1, c2, c3, OUT + 2 * WIDTH, PARTIAL + 2 * WIDTH, M, L, N, WIDTH, rows_per_program,
+                   (ZEROS >> 2) & 1, SUMS, HEAD_DIM, ROWS, BLOCK_N)
+
+
 def pack_grads(grads, shape: tuple[int, int, int, int], dtype: torch.dtype, sums: bool):
     """The parts' gradients (each [B, L, heads, Dh] of ``shape``, any strides, or None for zeros) side by side as
     one contiguous [B * L, parts * heads * Dh] tensor in ``dtype``, and (``sums``) its float32 column sums [N], else
-    None. One launch a part (a few microseconds each in a CUDA graph), all writing one partial for one row sum."""
+    None. Up to ``PARTS_A_LAUNCH`` parts a launch, all writing one partial for one row sum."""
     B, L, heads, head_dim = shape
     width = heads * head_dim
     M, N = B * L, len(grads) * width
@@ -80,11 +101,16 @@ def pack_grads(grads, shape: tuple[int, int, int, int], dtype: torch.dtype, sums
     per_program = triton.cdiv(triton.cdiv(M, programs), rows) * rows
     programs = triton.cdiv(M, per_program)  # none left without rows: every partial row is written
     partial = torch.empty(programs, N, dtype=torch.float32, device=device) if sums else out
-    for i, g in enumerate(grads):  # a part without a gradient is never read: the output stands in for its pointer
-        _pack_column_sum_kernel[(programs, column_blocks)](
-            out if g is None else g, out[:, i * width:], partial[:, i * width:], M, L, N, width,
-            *((0, 0, 0, 0) if g is None else g.stride()), per_program, ZERO=g is None, SUMS=sums,
-            HEAD_DIM=head_dim, ROWS=rows, BLOCK_N=block_n, num_warps=NUM_WARPS)
+    for first in range(0, len(grads), PARTS_A_LAUNCH):
+        group = grads[first:first + PARTS_A_LAUNCH]
+        # a part without a gradient is never read (the output stands in for its pointer), nor is a missing one
+        pointers = [out if g is None else g for g in group] + [out] * (PARTS_A_LAUNCH - len(group))
+        strides = [s for g in group for s in ((0,) * 4 if g is None else g.stride())]
+        strides += [0] * (4 * PARTS_A_LAUNCH - len(strides))
+        zeros = sum(1 << i for i, g in enumerate(group) if g is None)
+        _pack_column_sum_kernel[(programs, column_blocks, len(group))](
+            *pointers, out[:, first * width:], partial[:, first * width:], M, L, N, width, *strides, per_program,
+            ZEROS=zeros, SUMS=sums, HEAD_DIM=head_dim, ROWS=rows, BLOCK_N=block_n, num_warps=NUM_WARPS)
     return out, sum_rows(partial) if sums else None
 
 

@@ -73,7 +73,8 @@ ENTRIES = {
                        "naive", ["folded"]),
     "cross_entropy": (cross_entropy, lambda: (rand(B * T, 11), torch.randint(0, 11, (B * T,))), "cross_entropy",
                       "naive", ["triton"]),
-    "linear_cross_entropy": (linear_cross_entropy, lambda: (rand(B * T, 6), rand(11, 6), torch.randint(0, 11, (B * T,))),
+    "linear_cross_entropy": (linear_cross_entropy,
+                             lambda: (rand(B * T, 6), rand(11, 6), torch.randint(0, 11, (B * T,))),
                              "linear_cross_entropy", "naive", ["triton"]),
 }
 

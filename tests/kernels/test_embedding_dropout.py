@@ -28,7 +28,9 @@ def reference_with_mask(ids, weight, pos, kept, p):
     return (x if pos is None else x + pos) * (kept * (1 / (1 - p)))
 
 
-def check_against_the_reference(ids, weight, pos, name, p=P):
+def check_against_the_reference(ids, weight, pos, name, p=P, tol=1e-6):
+    """Dropout's output, as the reference's with the mask it drew, bit for bit; the gradients of weight and positions
+    as the reference's with that mask, to the order of their sums (``tol``)."""
     torch.manual_seed(3)
     out = embedding_dropout(ids, weight, pos, p, backend=name)
     assert backend.last_backend("embedding_dropout") == name
@@ -40,7 +42,7 @@ def check_against_the_reference(ids, weight, pos, name, p=P):
     got_grads = torch.autograd.grad(out, leaves, grad)
     want_grads = torch.autograd.grad(want, leaves, grad)
     for g, w in zip(got_grads, want_grads):
-        torch.testing.assert_close(g, w, rtol=1e-6, atol=1e-6)
+        torch.testing.assert_close(g, w, rtol=tol, atol=tol)
     return kept
 
 
@@ -84,7 +86,7 @@ def test_gpu_auto_runs_triton_at_the_mqar_shape():
     out = embedding_dropout(ids, weight, pos, 0.1)
     assert backend.last_backend("embedding_dropout") == "triton"
     assert abs((out != 0).float().mean().item() - 0.9) < 1e-3  # 8.4M values: the share within 3 standard deviations
-    check_against_the_reference(ids, weight, pos, "triton", p=0.1)
+    check_against_the_reference(ids, weight, pos, "triton", p=0.1, tol=1e-4)  # sums of 256 and of ~8 rows of 1024
 
 
 @pytest.mark.gpu

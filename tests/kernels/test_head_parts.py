@@ -74,6 +74,14 @@ def test_a_part_without_gradient_and_no_bias():
     assert_matches_reference(*inputs(B, L, parts=2), grads[::2], 2, heads)  # two parts (k, v)
 
 
+def test_more_parts_than_a_launch_takes():
+    """Five parts, one without gradient: two launches (three parts, then two) into one packed gradient."""
+    grads = [part_grad(layout, 2, 37, 2, 4, seed) for seed, layout in
+             enumerate(("sdpa", "contiguous", "rows", "sdpa", "contiguous"))]
+    grads[3] = None
+    assert_matches_reference(*inputs(parts=5), grads, 5, 2)
+
+
 def test_float64_gradients_are_the_reference_s():
     """float64 is packed as it is and its bias gradient is PyTorch's float64 sum (the kernel's partial sums are
     float32)."""

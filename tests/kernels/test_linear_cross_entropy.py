@@ -26,10 +26,11 @@ def make(R, D, V, labelled=0.7, device="cpu", seed=0):
 
 
 def loss_and_grads(x, weight, targets, name, scale=1.0, bf16=False):
+    """The loss and the gradients of x and weight through backend ``name`` ("auto" must take Triton's path)."""
     xl, wl = x.detach().clone().requires_grad_(), weight.detach().clone().requires_grad_()
     with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=bf16):
         loss = linear_cross_entropy(xl, wl, targets, backend=name)
-    assert backend.last_backend("linear_cross_entropy") == name
+    assert backend.last_backend("linear_cross_entropy") == ("triton" if name == "auto" else name)
     (loss * scale).backward()
     return loss, xl.grad, wl.grad
 
@@ -112,7 +113,6 @@ def test_gpu_auto_runs_triton_and_gives_the_numbers_of_linear_and_cross_entropy(
     x, weight, targets = make(4096, 128, 8192, labelled=0.9, device="cuda")
     x = x.bfloat16()
     got = loss_and_grads(x, weight, targets, "auto", bf16=True)
-    assert backend.last_backend("linear_cross_entropy") == "triton"
     xl, wl = x.clone().requires_grad_(), weight.clone().requires_grad_()
     with torch.autocast("cuda", dtype=torch.bfloat16):
         logits = linear(xl, wl, None)
