@@ -3,7 +3,7 @@
 ``linear_cross_entropy(x, weight, targets, ignore_index=-100, backend="auto")`` with x [R, D] (the hidden states
 at the labelled positions), weight [V, D] (the tied embedding) and targets [R] (``ignore_index`` where a row has
 no label) -> a float32 0-d tensor: ``cross_entropy(F.linear(x, weight), targets)``, the mean over the labelled rows
-(NaN when there are none). ``backend``: ``"triton"`` (``fused.py``: cuBLAS's logits, then one Triton pass that
+(NaN when there are none). ``backend``: ``"triton"`` (``fused.py``: cuBLAS's logits, then one Triton kernel that
 writes the loss and, when a gradient is wanted, the logits' gradient over the logits), ``"naive"`` (``naive.py``:
 ``F.linear`` and PyTorch's cross-entropy in float32) or ``"auto"`` (Triton for float CUDA inputs, else the
 reference). ``zoo.kernels.backend.last_backend("linear_cross_entropy")`` says which ran. Under autocast the
