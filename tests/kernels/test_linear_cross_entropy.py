@@ -107,7 +107,7 @@ def relative_error(a, r):
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
 def test_gpu_auto_runs_triton_and_gives_the_numbers_of_linear_and_cross_entropy():
-    """MQAR's figure-2 head (rows of 8192 classes, read twice): the loss and gradients of the head through ``linear``
+    """MQAR's figure-2 head (rows of 8192 classes): the loss and gradients of the head through ``linear``
     and ``cross_entropy`` (their log-sum-exps summed in another order, so a few entries of G round to the next bf16
     value), and of the reference in float32 within bf16's rounding."""
     x, weight, targets = make(4096, 128, 8192, labelled=0.9, device="cuda")
