@@ -13,11 +13,11 @@ The kernel holds a row of up to ``ONE_PASS_MAX`` classes in registers (one read)
 second time block by block right after the first, mostly from L2. At 4096 x 8192 bf16 logits (one H100 80GB, in a
 CUDA graph) the row of 8192 in registers with 16 warps (the default) took 62.4 us a call, with 8 or 4 warps 73.4 and
 69.3; read twice in blocks of 4096 with 8 warps, 56.5 (not the default yet: that launch has not run this op's GPU
-tests); the loss alone's two kernels (``zoo.kernels.cross_entropy``), 80.0 us. The math is float32 throughout; G is rounded to
-the logits' dtype once. Backward, both matmuls write float32 (cuBLAS's ``out_dtype`` for 16-bit CUDA inputs), g
-scales them there, and x's gradient is rounded to x's dtype once: with g = 1 the numbers of the head through
-``zoo.kernels.linear`` and ``zoo.kernels.cross_entropy``, up to the order of the log-sum-exp's sum (a few entries of
-G round to the neighbouring bf16 value) and cuBLAS's choice of kernel.
+tests); the loss alone's two kernels (``zoo.kernels.cross_entropy``), 80.0 us. The math is float32 throughout; G is
+rounded to the logits' dtype once. Backward, both matmuls write float32 (cuBLAS's ``out_dtype`` for 16-bit CUDA
+inputs), g scales them there, and x's gradient is rounded to x's dtype once: with g = 1 the numbers of the head
+through ``zoo.kernels.linear`` and ``zoo.kernels.cross_entropy``, up to the order of the log-sum-exp's sum (a few
+entries of G round to the neighbouring bf16 value) and cuBLAS's choice of kernel.
 
 Shapes: x [R, D], weight [V, D], targets [R] int64 -> a float32 0-d loss; n = the number of labelled rows, read
 from device memory (nothing waits for the host: CUDA graphs).
