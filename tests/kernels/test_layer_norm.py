@@ -390,6 +390,24 @@ def test_gpu_runs_inside_torch_compile():
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
+def assert_add_norm_replays_in_a_graph(x, update, weight, bias, rows=None):
+    """``add_layer_norm`` (at ``rows``, if given) forward and backward under bf16 autocast, captured in a CUDA graph:
+    replayed on a new x, it gives an eager call's numbers bit for bit."""
+    leaves = [t.clone().requires_grad_() for t in (x, update, weight, bias)]
+
+    def step():
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            total, y = add_layer_norm(*leaves, rows=rows)
+        return (y, *torch.autograd.grad((total.square().sum() + y.square().sum()), leaves))
+
+    graph, captured = capture(step, warmups=3)
+    with torch.no_grad():
+        leaves[0].copy_(torch.randn_like(leaves[0]))
+    graph.replay()
+    for a, b in zip(captured, step()):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
 @pytest.mark.gpu
 def test_gpu_add_layer_norm_adds_learned_positions_to_every_sequence():
     """MQAR's first norm: the float32 stream [256, 256, 128] plus positions [256, 128] under bf16 autocast, against
@@ -426,19 +444,7 @@ def test_gpu_add_layer_norm_at_the_labelled_rows_adds_their_gradient_where_they_
     for a, r in zip(*results):
         assert a.dtype == r.dtype
         assert_close_overall(a, r, 1e-6 if a.dtype == torch.float32 else 1e-3)
-    leaves = [t.clone().requires_grad_() for t in (x, update, weight, bias)]
-
-    def step():
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            picked, y = add_layer_norm(*leaves, rows=rows)
-        return (y, *torch.autograd.grad((picked.square().sum() + y.square().sum()), leaves))
-
-    graph, captured = capture(step, warmups=3)
-    with torch.no_grad():
-        leaves[0].copy_(torch.randn_like(leaves[0]))
-    graph.replay()
-    for a, b in zip(captured, step()):
-        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    assert_add_norm_replays_in_a_graph(x, update, weight, bias, rows=rows)
 
 
 @pytest.mark.gpu
@@ -453,16 +459,4 @@ def test_gpu_add_layer_norm_matches_the_add_and_the_norm_under_autocast():
     for a, r in zip(fused, apart):
         assert a.dtype == r.dtype
         assert_close_overall(a, r, 1e-6 if a.dtype == torch.float32 else 1e-3)
-    leaves = [t.clone().requires_grad_() for t in (x, update, weight, bias)]
-
-    def step():
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            total, y = add_layer_norm(*leaves)
-        return (y, *torch.autograd.grad((total.square().sum() + y.square().sum()), leaves))
-
-    graph, captured = capture(step, warmups=3)
-    with torch.no_grad():
-        leaves[0].copy_(torch.randn_like(leaves[0]))
-    graph.replay()
-    for a, b in zip(captured, step()):
-        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    assert_add_norm_replays_in_a_graph(x, update, weight, bias)
