@@ -19,6 +19,12 @@ profiled GPU time an epoch went from 0.528 to 0.509 s with it (``results/SPEED.m
 
 Shapes: ``sum_rows``: partial [..., P, N] float32 -> [..., N] float32; ``sum_first``: [P, ...] -> [...].
 
+``column_sum`` makes such partials itself, for a tall tensor x [M, N] summed over its rows (a projection's bias
+gradient, the learned positions' gradient summed over the batch): a fixed set of programs (``column_walk``: a few
+per SM) each add a contiguous run of rows of one block of columns in float32 and store one row of the partial;
+``sum_rows`` finishes it. ``zoo.kernels.linear.fused`` says why (PyTorch's sums ran far below memory speed there);
+``zoo.kernels.linear.packed`` walks its gradients the same way.
+
 ``sum_blocks`` is the other kind of partial: a recurrence's per-step gradients written by each of a few blocks of
 channels (the selective scan's dB and dC, RWKV-7's value blocks, the SSD's blocks of P), [G, ...] with G of 1 to a
 few and millions of values behind it. Its kernel writes the sum in the gradient's final dtype (the input's, bf16
@@ -37,6 +43,8 @@ import math
 import torch
 import triton
 import triton.language as tl
+
+from zoo.kernels.layout import resident_programs
 
 MAX_BLOCK_N = 16  # columns per program: 64-byte runs of a row, and 24 programs at N = 384, 8 per group at N = 128
 TILE = 4096  # values a program adds per loop step: 16 per thread with 8 warps, so up to 256 rows a step
@@ -77,6 +85,50 @@ def sum_rows(partial: torch.Tensor) -> torch.Tensor:
 def sum_first(partial: torch.Tensor) -> torch.Tensor:
     """partial [P, ...] float32 -> its sum over the first dim, [...] float32: ``sum_rows`` of the [P, rest] view."""
     return sum_rows(partial.reshape(partial.shape[0], -1)).view(partial.shape[1:])
+
+
+COLUMN_BLOCK_N = 128  # columns a column-sum program adds: a row of bf16 gradient is then one 256-byte read
+
+
+def column_walk(M: int, N: int, device: torch.device) -> tuple[int, int, int, int, int]:
+    """The launch of a column sum over M rows of N columns: (programs, column blocks, rows a program walks, ROWS
+    rows a loop step, BLOCK_N columns a program). Rows go to programs in a fixed way, and every program gets some,
+    so every row of the [programs, N] partial is written."""
+    block_n = min(triton.next_power_of_2(N), COLUMN_BLOCK_N)
+    rows = max(1, TILE // block_n)
+    column_blocks = triton.cdiv(N, block_n)
+    programs = max(1, min(triton.cdiv(M, rows), resident_programs(device) // column_blocks))
+    per_program = triton.cdiv(triton.cdiv(M, programs), rows) * rows
+    return triton.cdiv(M, per_program), column_blocks, per_program, rows, block_n
+
+
+@triton.jit
+def _bias_grad_column_sum_kernel(X, PARTIAL, M, N, s_row, rows_per_program,
+                                 ROWS: tl.constexpr, BLOCK_N: tl.constexpr):
+    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    col_ok = cols < N
+    first = tl.program_id(0).to(tl.int64) * rows_per_program
+    acc = tl.zeros([ROWS, BLOCK_N], dtype=tl.float32)  # ROWS independent sums per column: loads stay in flight
+    for start in range(0, rows_per_program, ROWS):
+        rows = first + start + tl.arange(0, ROWS)
+        mask = (rows < M)[:, None] & col_ok[None, :]
+        acc += tl.load(X + rows[:, None] * s_row + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    tl.store(PARTIAL + tl.program_id(0) * N + cols, tl.sum(acc, axis=0), mask=col_ok)
+
+
+def column_sum(x: torch.Tensor) -> torch.Tensor:
+    """x [M, N] (unit column stride) summed over its rows -> float32 [N], in a fixed order (float64 x: PyTorch's
+    float64 sum, which the float32 kernel would round)."""
+    if x.dtype == torch.float64:
+        return x.sum(0)
+    M, N = x.shape
+    if M == 0:
+        return torch.zeros(N, dtype=torch.float32, device=x.device)
+    programs, column_blocks, per_program, rows, block_n = column_walk(M, N, x.device)
+    partial = torch.empty(programs, N, dtype=torch.float32, device=x.device)
+    _bias_grad_column_sum_kernel[(programs, column_blocks)](x, partial, M, N, x.stride(0), per_program,
+                                                            ROWS=rows, BLOCK_N=block_n, num_warps=NUM_WARPS)
+    return sum_rows(partial)
 
 
 @triton.jit

@@ -48,13 +48,13 @@ def embedding_dropout(ids: torch.Tensor, weight: torch.Tensor, positions: torch.
                          f"and positions [L, D] = [{ids.shape[-1]}, {weight.shape[1]}] or None")
     if not 0 <= p < 1:
         raise ValueError(f"embedding_dropout: p={p} is not valid: expected a probability in [0, 1)")
-    # the kernels draw each value's mask from its flat index, an int32
-    fast = None if ids.numel() * weight.shape[1] >= 2 ** 31 else recorded_path(
-        "embedding_dropout", backend, "triton", "zoo.kernels.embedding.dropout", weight, "embedding dropout on GPU")
-    if fast is None:
+    if ids.numel() * weight.shape[1] >= 2 ** 31:  # the kernels draw each value's mask from its flat index, an int32
         record("embedding_dropout", NAIVE)
         return embedding_dropout_naive(ids, weight, positions, p)
-    return fast.embedding_dropout(ids, weight, positions, p)
+    fast = recorded_path("embedding_dropout", backend, "triton", "zoo.kernels.embedding.dropout", weight,
+                         "embedding dropout on GPU")
+    return embedding_dropout_naive(ids, weight, positions, p) if fast is None else fast.embedding_dropout(
+        ids, weight, positions, p)
 
 
 class Embedding(torch.nn.Embedding):

@@ -25,7 +25,7 @@ import triton.language as tl
 
 from zoo.kernels.backend import not_compiled
 from zoo.kernels.embedding.sorted_sum import embedding_backward
-from zoo.kernels.linear.fused import column_sum
+from zoo.kernels.partial_sums import column_sum
 
 TILE = 4096  # values a program handles: 16 per thread with 8 warps
 NUM_WARPS = 8

@@ -36,8 +36,7 @@ import triton.language as tl
 
 from zoo.kernels.backend import not_compiled
 from zoo.kernels.layout import even_walks, resident_programs
-from zoo.kernels.linear.fused import column_sum
-from zoo.kernels.partial_sums import sum_rows
+from zoo.kernels.partial_sums import column_sum, sum_rows
 
 TILE = 4096  # values per program and tile: 16 per thread with 8 warps
 NUM_WARPS = 8

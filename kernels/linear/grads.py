@@ -15,9 +15,14 @@ import torch
 SIXTEEN_BIT = (torch.bfloat16, torch.float16)
 
 
+def matmul_in(a: torch.Tensor, b: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """a @ b in ``dtype``: written by cuBLAS in float32 where a and b are 16-bit CUDA tensors and ``dtype`` is
+    float32 (``out_dtype``, which only CUDA has), else the matmul in a's dtype, cast."""
+    if a.is_cuda and dtype == torch.float32 and a.dtype in SIXTEEN_BIT and b.dtype == a.dtype:
+        return torch.mm(a, b, out_dtype=torch.float32)
+    return (a @ b).to(dtype)
+
+
 def weight_grad(g: torch.Tensor, x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """g^T x in ``dtype``: written by cuBLAS in float32 where g and x are 16-bit CUDA tensors and ``dtype`` is
-    float32 (``out_dtype``, which only CUDA has), else the matmul in g's dtype, cast."""
-    if g.is_cuda and dtype == torch.float32 and g.dtype in SIXTEEN_BIT and x.dtype == g.dtype:
-        return torch.mm(g.t(), x, out_dtype=torch.float32)
-    return (g.t() @ x).to(dtype)
+    """g^T x in ``dtype`` (:func:`matmul_in`)."""
+    return matmul_in(g.t(), x, dtype)

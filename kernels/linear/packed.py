@@ -5,7 +5,7 @@ Why: softmax attention projects x [B, L, D] to q, k, v as views of one [B, L, 3D
 concatenates their three gradients (each [B, L, H, Dh], in practice views of the contiguous [B, H, L, Dh] tensors
 cuDNN's SDPA backward writes, or for the last layer's queries a zero-filled tensor with the scattered rows) into one
 [B, L, 3D] tensor, a copy kernel of 32 us a call on an H100 at B=256, L=256, D=128; the bias gradient's column sum
-(``fused.column_sum``) then reads that whole tensor again, about 17 us more. Here one kernel reads each part's
+(``partial_sums.column_sum``) then reads that whole tensor again, about 17 us more. Here one kernel reads each part's
 gradient with its own strides (up to three parts a launch), writes its columns of the packed [M, 3D] gradient (M = B
 * L) the matmul gradients read, and adds them up for the bias as it goes: a fixed set of programs, each a contiguous
 run of rows and one block of columns, stores its sums in one row of a float32 [programs, N] partial, which
@@ -29,10 +29,8 @@ import triton.language as tl
 
 from zoo.kernels.autocast import matmul_dtype
 from zoo.kernels.backend import not_compiled
-from zoo.kernels.layout import resident_programs
-from zoo.kernels.linear.fused import MAX_BLOCK_N, NUM_WARPS, TILE
 from zoo.kernels.linear.grads import weight_grad
-from zoo.kernels.partial_sums import sum_rows
+from zoo.kernels.partial_sums import NUM_WARPS, column_walk, sum_rows
 
 
 PARTS_A_LAUNCH = 3  # attention's q, k and v in one launch (more parts take more launches)
@@ -94,12 +92,7 @@ def pack_grads(grads, shape: tuple[int, int, int, int], dtype: torch.dtype, sums
     out = torch.empty(M, N, dtype=dtype, device=device)
     if M == 0:
         return out, torch.zeros(N, dtype=torch.float32, device=device) if sums else None
-    block_n = min(triton.next_power_of_2(width), MAX_BLOCK_N)
-    rows = max(1, TILE // block_n)
-    column_blocks = triton.cdiv(width, block_n)
-    programs = max(1, min(triton.cdiv(M, rows), resident_programs(device) // column_blocks))
-    per_program = triton.cdiv(triton.cdiv(M, programs), rows) * rows
-    programs = triton.cdiv(M, per_program)  # none left without rows: every partial row is written
+    programs, column_blocks, per_program, rows, block_n = column_walk(M, width, device)  # as a column sum walks
     partial = torch.empty(programs, N, dtype=torch.float32, device=device) if sums else out
     for first in range(0, len(grads), PARTS_A_LAUNCH):
         group = grads[first:first + PARTS_A_LAUNCH]

@@ -25,10 +25,10 @@ from zoo.kernels.linear.grads import SIXTEEN_BIT, weight_grad
 
 
 def _column_sum(g: torch.Tensor) -> torch.Tensor:
-    """[M, n] summed over its rows in float32 (float64 stays float64): ``fused.column_sum`` (Triton, in a fixed
-    order) on CUDA, where PyTorch's sum runs far below memory speed on tall gradients; PyTorch's elsewhere."""
+    """[M, n] summed over its rows in float32 (float64 stays float64): ``partial_sums.column_sum`` (Triton, in a
+    fixed order) on CUDA, where PyTorch's sum runs far below memory speed on tall gradients; PyTorch's elsewhere."""
     if g.is_cuda:
-        from zoo.kernels.linear.fused import column_sum
+        from zoo.kernels.partial_sums import column_sum
         return column_sum(g)
     return g.sum(0, dtype=torch.promote_types(g.dtype, torch.float32))
 

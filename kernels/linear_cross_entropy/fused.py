@@ -31,7 +31,7 @@ import triton.language as tl
 from zoo.kernels.autocast import matmul_dtype
 from zoo.kernels.backend import not_compiled
 from zoo.kernels.cross_entropy.fused import MAX_BLOCK, row_log_sum_exp
-from zoo.kernels.linear.grads import SIXTEEN_BIT, weight_grad
+from zoo.kernels.linear.grads import matmul_in, weight_grad
 
 ONE_PASS_MAX = 16384  # classes a row may have to be held in registers: 32 per thread with 16 warps
 
@@ -72,13 +72,6 @@ def _launch(V: int) -> dict:
     return dict(ONE_PASS=False, BLOCK_V=MAX_BLOCK, num_warps=8)
 
 
-def _matmul_float32(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """a @ b in float32: written so by cuBLAS for 16-bit CUDA inputs, else the matmul in their dtype, cast."""
-    if a.is_cuda and a.dtype in SIXTEEN_BIT and b.dtype == a.dtype:
-        return torch.mm(a, b, out_dtype=torch.float32)
-    return (a @ b).float()
-
-
 class _LinearCrossEntropy(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, targets, ignore_index, dtype):
@@ -102,7 +95,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
         G, xc, wc = ctx.saved_tensors
         x_dtype, w_dtype = ctx.dtypes
         g = grad_loss.float()
-        dx = (_matmul_float32(G, wc) * g).to(x_dtype) if ctx.needs_input_grad[0] else None
+        dx = (matmul_in(G, wc, torch.float32) * g).to(x_dtype) if ctx.needs_input_grad[0] else None
         dw = weight_grad(G, xc, w_dtype).mul_(g) if ctx.needs_input_grad[1] else None
         return dx, dw, None, None, None
 

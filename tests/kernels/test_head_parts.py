@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import zoo.kernels.linear.packed as packed
+import zoo.kernels.partial_sums as partial_sums
 from zoo.kernels import backend
 from zoo.kernels.linear import head_parts
 from graph_capture import assert_replays_like_eager
@@ -97,7 +97,7 @@ def test_several_row_programs_and_column_blocks(monkeypatch):
     """More programs than the interpreter's default 2 (rows split between them, the last one's run cut short: 3 x 150
     rows in runs of 256), and parts 160 columns wide (two blocks of 128, the second mostly masked, a head of 80
     across the border)."""
-    monkeypatch.setattr(packed, "resident_programs", lambda device: 12)
+    monkeypatch.setattr(partial_sums, "resident_programs", lambda device: 12)  # the walk packed shares
     B, L = 3, 150
     grads = [part_grad("sdpa", B, L, 2, 4, seed) for seed in range(3)]
     assert_matches_reference(*inputs(B, L), grads, 3, 2)
