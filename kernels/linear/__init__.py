@@ -11,8 +11,9 @@ rounds it to bf16 and casts it back in a kernel of its own.
 ``F.linear``) or ``"auto"`` (Triton for CUDA tensors, else the reference). ``bias`` may be None.
 ``zoo.kernels.backend.last_backend("linear")`` says which ran.
 
-``head_parts(x, weight, bias, parts, heads, backend="auto")``: the projection x [B, L, K] -> [B, L, N] read as
-``parts`` views [B, L, heads, Dh] of its [B, L, parts, heads, Dh] output (attention's q, k, v): ``"triton"``
+``head_parts(x, weight, bias, parts, heads, rows=None, backend="auto")``: the projection x [B, L, K] -> [B, L, N]
+read as ``parts`` views [B, L, heads, Dh] of its [B, L, parts, heads, Dh] output (attention's q, k, v; with ``rows``
+[B, K'] the first part at those rows alone, as the model's last block wants its queries): ``"triton"``
 (``packed.py``: the parts' gradients packed and bias-summed in one Triton pass), ``"naive"`` (``naive.py``:
 ``F.linear``, viewed and unbound) or ``"auto"``. ``last_backend("head_parts")`` says which ran.
 """
@@ -40,9 +41,11 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
 
 
 def head_parts(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, parts: int, heads: int,
-               backend: str = "auto") -> tuple[torch.Tensor, ...]:
+               rows: torch.Tensor | None = None, backend: str = "auto") -> tuple[torch.Tensor, ...]:
     """x [B, L, K] @ weight [N, K]^T + bias [N] (or None), N = parts * heads * Dh -> ``parts`` tensors [B, L, heads,
-    Dh], views of the [B, L, parts, heads, Dh] output; values and dtypes as ``F.linear``'s (autocast too)."""
+    Dh], views of the [B, L, parts, heads, Dh] output; values and dtypes as ``F.linear``'s (autocast too). With
+    ``rows`` [B, K'] (int64, distinct in each sequence, each in [0, L)) the first part is [B, K', heads, Dh], its rows
+    there (``rows_at``)."""
     check_backend(backend, BACKENDS)
     if x.dim() != 3 or weight.dim() != 2 or weight.shape[1] != x.shape[2]:
         raise ValueError(f"head_parts: x {tuple(x.shape)} and weight {tuple(weight.shape)} are not valid: expected "
@@ -52,12 +55,15 @@ def head_parts(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
         raise ValueError(f"head_parts: the weight's {N} rows do not split into {parts} parts of {heads} heads")
     if bias is not None and bias.shape != (N,):
         raise ValueError(f"head_parts: bias {tuple(bias.shape)} is not valid: expected [{N}]")
+    if rows is not None and (rows.dim() != 2 or rows.shape[0] != x.shape[0] or rows.dtype != torch.int64):
+        raise ValueError(f"head_parts: rows {tuple(rows.shape)} {rows.dtype} are not valid: expected [{x.shape[0]}, K] "
+                         "int64")
     if not named_or_gpu(backend, "triton", x):
         record("head_parts", NAIVE)
-        return head_parts_naive(x, weight, bias, parts, heads)
+        return head_parts_naive(x, weight, bias, parts, heads, rows)
     from zoo.kernels.linear.packed import head_parts_triton
     record("head_parts", "triton")
-    return head_parts_triton(x, weight, bias, parts, heads)
+    return head_parts_triton(x, weight, bias, parts, heads, rows)
 
 
 class Linear(torch.nn.Linear):

@@ -11,9 +11,9 @@ with its gradient in the backward, read them twice).
 
 The kernel holds a row of up to ``ONE_PASS_MAX`` classes in registers (one read); a longer row is read twice, the
 second time block by block right after the first, mostly from L2. At 4096 x 8192 bf16 logits (one H100 80GB, in a
-CUDA graph) the row of 8192 in registers with 16 warps (the default) took 62.4 us a call, with 8 or 4 warps 73.4 and
-69.3; read twice in blocks of 4096 with 8 warps, 56.5 (not the default yet: that launch has not run this op's GPU
-tests); the loss alone's two kernels (``zoo.kernels.cross_entropy``), 80.0 us. The math is float32 throughout; G is
+CUDA graph) reading each row twice in blocks of 4096 with 8 warps (the default) took 56.5 us a call; the row of 8192
+in registers took 62.4 us with 16 warps, 73.4 and 69.3 with 8 and 4; the loss alone's two kernels
+(``zoo.kernels.cross_entropy``), 80.0 us. The math is float32 throughout; G is
 rounded to the logits' dtype once. Backward, both matmuls write float32 (cuBLAS's ``out_dtype`` for 16-bit CUDA
 inputs), g scales them there, and x's gradient is rounded to x's dtype once: with g = 1 the numbers of the head
 through ``zoo.kernels.linear`` and ``zoo.kernels.cross_entropy``, up to the order of the log-sum-exp's sum (a few
@@ -33,7 +33,7 @@ from zoo.kernels.backend import not_compiled
 from zoo.kernels.cross_entropy.fused import MAX_BLOCK, row_log_sum_exp
 from zoo.kernels.linear.grads import matmul_in, weight_grad
 
-ONE_PASS_MAX = 16384  # classes a row may have to be held in registers: 32 per thread with 16 warps
+ONE_PASS_MAX = MAX_BLOCK  # classes a row may have to be held in registers (longer rows: two reads, faster there)
 
 
 @triton.jit
@@ -68,7 +68,7 @@ def _loss_and_grad_kernel(LOGITS, TARGETS, LOSS, INV_N, V, s_row, ignore_index, 
 def _launch(V: int) -> dict:
     whole = triton.next_power_of_2(V)
     if whole <= ONE_PASS_MAX:
-        return dict(ONE_PASS=True, BLOCK_V=whole, num_warps=16 if whole >= 8192 else 8 if whole >= 2048 else 4)
+        return dict(ONE_PASS=True, BLOCK_V=whole, num_warps=8 if whole >= 2048 else 4)
     return dict(ONE_PASS=False, BLOCK_V=MAX_BLOCK, num_warps=8)
 
 

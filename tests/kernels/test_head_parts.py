@@ -37,20 +37,27 @@ def part_grad(layout, B, L, heads, head_dim, seed, device="cpu"):
     return t.to(device)
 
 
-def run(name, x, w, b, grads, parts, heads, bf16=False):
-    """(parts, gradients of x, w and b if given) through ``head_parts`` on backend ``name``, the backward seeded with
-    ``grads`` (a None part left out of it)."""
+def distinct_rows(B, L, K, seed=0, device="cpu"):
+    """[B, K] int64: K distinct positions of each of B sequences of length L, in no order."""
+    g = torch.Generator().manual_seed(seed)
+    return torch.stack([torch.randperm(L, generator=g)[:K] for _ in range(B)]).to(device)
+
+
+def run(name, x, w, b, grads, parts, heads, bf16=False, rows=None):
+    """(parts, gradients of x, w and b if given) through ``head_parts`` on backend ``name`` (the first part at
+    ``rows`` where given), the backward seeded with ``grads`` (a None part left out of it)."""
     leaves = [t.detach().clone().requires_grad_() for t in (x, w, b) if t is not None]
     with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=bf16):
-        outs = head_parts(leaves[0], leaves[1], None if b is None else leaves[2], parts, heads, backend=name)
+        outs = head_parts(leaves[0], leaves[1], None if b is None else leaves[2], parts, heads, rows, backend=name)
     assert backend.last_backend("head_parts") == name
     used = [(o, g.to(o.dtype)) for o, g in zip(outs, grads) if g is not None]
     torch.autograd.backward([o for o, _ in used], [g for _, g in used])
     return [o.detach() for o in outs], [t.grad for t in leaves]
 
 
-def assert_matches_reference(x, w, b, grads, parts, heads):
-    (got, got_grads), (want, want_grads) = (run(name, x, w, b, grads, parts, heads) for name in ("triton", "naive"))
+def assert_matches_reference(x, w, b, grads, parts, heads, rows=None):
+    (got, got_grads), (want, want_grads) = (run(name, x, w, b, grads, parts, heads, rows=rows)
+                                            for name in ("triton", "naive"))
     for g, r in zip(got + got_grads, want + want_grads):
         assert g.dtype == r.dtype and g.shape == r.shape
         torch.testing.assert_close(g, r, rtol=1e-5, atol=1e-5)
@@ -72,6 +79,29 @@ def test_a_part_without_gradient_and_no_bias():
     assert_matches_reference(*inputs(B, L), grads, 3, heads)
     assert_matches_reference(*inputs(B, L, bias=False), grads, 3, heads)
     assert_matches_reference(*inputs(B, L, parts=2), grads[::2], 2, heads)  # two parts (k, v)
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "sdpa"])
+def test_the_first_part_at_rows_alone(layout):
+    """The last block's queries: the first part [B, K, heads, Dh] at rows in no order, its gradient read where each
+    row belongs (the other rows' zeros, a gradient without them in the first part's bias sums)."""
+    B, L, K, heads, head_dim = 3, 37, 6, 2, 4
+    rows = distinct_rows(B, L, K)
+    grads = [part_grad(layout, B, K, heads, head_dim, 0)] + [part_grad("sdpa", B, L, heads, head_dim, s) for s in (1, 2)]
+    x, w, b = inputs(B, L)
+    q = run("triton", x, w, b, grads, 3, heads, rows=rows)[0][0]
+    assert q.shape == (B, K, heads, head_dim)
+    torch.testing.assert_close(q, F.linear(x, w, b)[torch.arange(B)[:, None], rows, :8].view(B, K, heads, head_dim))
+    assert_matches_reference(x, w, b, grads, 3, heads, rows)
+    assert_matches_reference(x, w, b, [None] + grads[1:], 3, heads, rows)  # rows given, no gradient reaches them
+
+
+def test_rows_over_several_row_programs(monkeypatch):
+    """12 programs over 2 x 150 rows: each run of rows maps its own rows to the first part's, from both sequences."""
+    monkeypatch.setattr(partial_sums, "resident_programs", lambda device: 12)
+    B, L, K = 2, 150, 40
+    grads = [part_grad("sdpa", B, K, 2, 4, 0)] + [part_grad("contiguous", B, L, 2, 4, s) for s in (1, 2)]
+    assert_matches_reference(*inputs(B, L), grads, 3, 2, distinct_rows(B, L, K, seed=3))
 
 
 def test_more_parts_than_a_launch_takes():
@@ -164,6 +194,10 @@ def test_bad_inputs_are_value_errors():
         head_parts(x, w, b, 3, 5)
     with pytest.raises(ValueError, match=r"bias \(23,\) is not valid: expected \[24\]"):
         head_parts(x, w, b[:23], 3, 2)
+    with pytest.raises(ValueError, match=r"rows \(3, 4\) torch.int64 are not valid: expected \[2, K\] int64"):
+        head_parts(x, w, b, 3, 2, torch.zeros(3, 4, dtype=torch.int64))
+    with pytest.raises(ValueError, match=r"rows \(2, 4\) torch.int32 are not valid"):
+        head_parts(x, w, b, 3, 2, torch.zeros(2, 4, dtype=torch.int32))
 
 
 def test_recorded_backend():
@@ -216,3 +250,19 @@ def test_gpu_forward_and_gradients_replay_in_a_cuda_graph():
         return q.detach(), leaf.grad, weight.grad
 
     assert_replays_like_eager(step, leaf)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+def test_gpu_first_part_at_rows_matches_the_reference_under_bf16_autocast():
+    """The last block's queries at MQAR's 16 labelled rows of 256, their gradient in SDPA's layout."""
+    x, w, b, grads = gpu_case()
+    rows = distinct_rows(64, 256, 16, device="cuda")
+    grads[0] = part_grad("sdpa", 64, 16, 2, 64, 5, "cuda").bfloat16()
+    (got, got_grads), (want, want_grads) = (run(name, x, w, b, grads, 3, 2, bf16=True, rows=rows)
+                                            for name in ("triton", "naive"))
+    for g, r in zip(got + got_grads[:2], want + want_grads[:2]):
+        assert g.dtype == r.dtype and g.shape == r.shape
+        torch.testing.assert_close(g, r, rtol=1e-2, atol=1e-2)
+    exact = torch.cat([g.float().sum((0, 1)).flatten() for g in grads])
+    torch.testing.assert_close(got_grads[2], exact, rtol=1e-5, atol=1e-2)

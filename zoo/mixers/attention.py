@@ -47,22 +47,27 @@ class MultiHeadMixer(nn.Module):
         self.qkv = Linear(d_model, 3 * d_model, bias=bias)
         self.out_proj = Linear(d_model, d_model, bias=bias)
 
-    def project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """x (B, L, D) -> q, k, v (B, L, H, D/H), views of one projection through ``self.qkv``'s weight and bias
+    def project(self, x: torch.Tensor, rows: torch.Tensor | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """x (B, L, D) -> q, k, v (B, L, H, D/H), views of one projection through ``self.qkv``'s weight and bias (q at
+        ``rows`` (B, K) alone where given, (B, K, H, D/H): its gradient is packed from those rows where they belong)
         (``zoo.kernels.linear.head_parts``). Backward, its Triton pass writes the three gradients (with whatever
         strides attention gave them) side by side into the [B * L, 3D] gradient the matmuls read and sums them for the
         bias as it goes: no concatenation by autograd, no second read for the bias. (As three projections of x through
         ``linear_parts``, which leaves out the concatenation too, softmax's training step at the figure-2 cell took
         1.76 ms against 1.49 on an H100: three narrower matmuls and their float32 input-gradient sums cost more than
         the copy.)"""
-        return head_parts(x, self.qkv.weight, self.qkv.bias, 3, self.num_heads)
+        return head_parts(x, self.qkv.weight, self.qkv.bias, 3, self.num_heads, rows)
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
         """x (B, L, D) -> (B, L, D), or with ``positions`` (B, K) the outputs at those rows alone, (B, K, D): the
         queries there attend to every key they see, and the other queries are never formed into outputs."""
-        q, k, v = self.project(x)
-        if self.rope:
+        if self.rope:  # a query is rotated by its position, so the rows are picked after the rotation
+            q, k, v = self.project(x)
             q, k = apply_rope(q), apply_rope(k)
+            q = q if positions is None else rows_at(q, positions)
+        else:
+            q, k, v = self.project(x, positions)
         o = self.attend(q, k, v, x) if positions is None else self.attend_at(q, k, v, positions)
         return self.out_proj(o.flatten(2))
 
@@ -74,14 +79,14 @@ class MultiHeadMixer(nn.Module):
         raise NotImplementedError
 
     def attend_at(self, q, k, v, positions):
-        """The queries at ``positions`` (B, K) alone: o (B, K, H, D/H) from q, k, v (B, L, H, D/H), through
-        ``zoo.kernels.attention.softmax_attention`` with the mask ``visible`` gives (at MQAR's K = L / 16, a
-        sixteenth of the causal attention's work).
+        """The queries at ``positions`` (B, K) alone: o (B, K, H, D/H) from their q (B, K, H, D/H) and k, v (B, L, H,
+        D/H), through ``zoo.kernels.attention.softmax_attention`` with the mask ``visible`` gives (at MQAR's K = L /
+        16, a sixteenth of the causal attention's work).
 
         Up to head dim 256 SDPA picks its kernel (cuDNN's masked one on an H100). Its math form, tried for so few
         queries, made softmax slower, not faster (two H100s of one session, B=256, L=256, K=16): a training step 1.94
         against 1.46 ms (two heads of 64), the figure-2 epoch 0.675 against 0.549 s (one head of 128)."""
-        q, mask = rows_at(q, positions), self.visible_at(positions, k.shape[1])
+        mask = self.visible_at(positions, k.shape[1])
         o = softmax_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), mask,
                               dropout_p=self.attention_dropout if self.training else 0.0)
         return o.transpose(1, 2)
