@@ -13,6 +13,23 @@ def last_dim_contiguous(x: torch.Tensor) -> torch.Tensor:
     return x if x.stride(-1) == 1 else x.contiguous()
 
 
+def packed_base(parts) -> torch.Tensor | None:
+    """The contiguous [B, L, P, heads, Dh] tensor whose ``unbind(2)`` the P ``parts`` [B, L, heads, Dh] are (views of
+    it, in order: attention's q, k, v as one projection's output), or None when they are anything else."""
+    first = parts[0]
+    if first is None or first.dim() != 4:
+        return None
+    B, L, heads, head_dim = first.shape
+    width, n = heads * head_dim, len(parts)
+    strides = (L * n * width, n * width, head_dim, 1)
+    for i, part in enumerate(parts):
+        if (part is None or part.shape != first.shape or part.dtype != first.dtype or part.stride() != strides
+                or part.untyped_storage().data_ptr() != first.untyped_storage().data_ptr()
+                or part.storage_offset() != first.storage_offset() + i * width):
+            return None
+    return first.as_strided((B, L, n, heads, head_dim), (L * n * width, n * width, width, head_dim, 1))
+
+
 def channel_block(asked: int | None, sequences: int, channels: int, blocks: tuple[int, ...], min_programs: int) -> int:
     """Channels per program of a walk that gives each program one sequence and a block of channels: ``asked``, or
     the first (widest) of ``blocks`` that still leaves ``min_programs`` programs, else the last; never wider than

@@ -26,7 +26,7 @@ import triton
 import triton.language as tl
 
 from zoo.kernels.backend import not_compiled
-from zoo.kernels.layout import last_dim_contiguous
+from zoo.kernels.layout import last_dim_contiguous, packed_base
 
 LOG2E = tl.constexpr(1.4426950408889634)  # a constexpr, so the kernels can read it too
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
@@ -306,7 +306,8 @@ def attention_fwd(q, k, v, u, window: int, scale: float, blocks: Blocks | None =
 
 def attention_bwd(q, k, v, u, o, lse, do, window: int, scale: float, dkdv_blocks: Blocks | None = None,
                   dq_blocks: Blocks | None = None):
-    """(dq, dk, dv, du): gradients like q, k, v and du (B, T, H) fp32 (None without a gate). ``dkdv_blocks``,
+    """(dq, dk, dv, du): gradients like q, k, v and du (B, T, H) fp32 (None without a gate); where q, k, v are views
+    of one (B, T, 3, H, D) tensor (``layout.packed_base``), dq, dk, dv are views of one too. ``dkdv_blocks``,
     ``dq_blocks``: the two kernels' launches, the table's (:func:`default_blocks`) when None."""
     B, T, H, D = q.shape
     block_d = max(16, triton.next_power_of_2(D))
@@ -315,7 +316,11 @@ def attention_bwd(q, k, v, u, o, lse, do, window: int, scale: float, dkdv_blocks
                                                  BLOCK_D=block_d)
     dkdv_blocks = dkdv_blocks or default_blocks("dkdv", D, q.device)
     dq_blocks = dq_blocks or default_blocks("dq", D, q.device)
-    dq, dk, dv = (torch.empty(B, T, H, D, device=q.device, dtype=x.dtype) for x in (q, k, v))
+    base = packed_base((q, k, v))
+    if base is not None:  # q, k, v are one projection's views: their gradients too, so its backward copies nothing
+        dq, dk, dv = torch.empty_like(base, memory_format=torch.contiguous_format).unbind(2)
+    else:
+        dq, dk, dv = (torch.empty(B, T, H, D, device=q.device, dtype=x.dtype) for x in (q, k, v))
     gate = q if u is None else u
     u_strides = _strides(u) + [u.stride(2)] if u is not None else [0, 0, 0]
     du = torch.empty(B, T, H, device=q.device, dtype=torch.float32) if u is not None else None

@@ -11,7 +11,9 @@ gradient with its own strides (up to three parts a launch), writes its columns o
 run of rows and one block of columns, stores its sums in one row of a float32 [programs, N] partial, which
 ``sum_rows`` finishes. No atomics, so the gradient is the same on every run; it is summed in float32 and rounded to
 the bias's dtype once, as ``column_sum``'s. A part without a gradient (not used by the loss) is written as zeros,
-with no tensor of zeros read.
+with no tensor of zeros read. Where the gradients come as the views of one packed tensor already (zoo's own window
+attention writes dq, dk, dv into one [B, L, 3, H, Dh] tensor when q, k, v are views of one), nothing is copied: the
+pass is ``column_sum``'s, a read.
 
 The model's last block needs its queries at the labelled rows alone (``rows``: the first part gathered at them).
 Picked after the projection, their gradient would come back as a zero-filled [B, L, heads, Dh] tensor with the rows
@@ -37,7 +39,8 @@ import triton.language as tl
 from zoo.kernels.autocast import matmul_dtype
 from zoo.kernels.backend import not_compiled
 from zoo.kernels.linear.grads import weight_grad
-from zoo.kernels.partial_sums import NUM_WARPS, column_walk, sum_rows
+from zoo.kernels.layout import packed_base
+from zoo.kernels.partial_sums import NUM_WARPS, column_sum, column_walk, sum_rows
 from zoo.kernels.rows import rows_at
 
 
@@ -112,10 +115,16 @@ def pack_grads(grads, shape: tuple[int, int, int, int], dtype: torch.dtype, sums
     """The parts' gradients (each [B, L, heads, Dh] of ``shape``, any strides, or None for zeros) side by side as
     one contiguous [B * L, parts * heads * Dh] tensor in ``dtype``, and (``sums``) its float32 column sums [N], else
     None. With ``first_rows`` [B, K] the first part's gradient is [B, K, heads, Dh], at those rows alone (the others
-    zeros). Up to ``PARTS_A_LAUNCH`` parts a launch, all writing one partial for one row sum."""
+    zeros). Up to ``PARTS_A_LAUNCH`` parts a launch, all writing one partial for one row sum. Gradients that are
+already the views of one packed tensor in order (``layout.packed_base``: zoo's window attention writes them so for q,
+k, v given that way) are that tensor, summed by ``column_sum``: no copy."""
     B, L, heads, head_dim = shape
     width = heads * head_dim
     M, N = B * L, len(grads) * width
+    base = packed_base(grads) if first_rows is None else None
+    if base is not None and base.dtype == dtype:  # already packed where they lie (a kernel wrote them so): no copy
+        out = base.view(M, N)
+        return out, column_sum(out) if sums else None
     device = next(g for g in grads if g is not None).device
     out = torch.empty(M, N, dtype=dtype, device=device)
     if M == 0:

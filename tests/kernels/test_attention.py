@@ -3,6 +3,8 @@ import pytest
 import torch
 
 from zoo.kernels.gatedfwa import gate_cumsum, gated_window_attention
+from zoo.kernels.gatedfwa.attention import attention_bwd, attention_fwd
+from zoo.kernels.layout import packed_base
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -85,6 +87,28 @@ def test_gradients_reach_the_gate_inputs():
     for a, b in zip(grads["triton"], grads["naive"]):
         assert b.abs().max() > 0
         torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-3)
+
+
+def test_views_of_one_projection_get_their_gradients_as_views_of_one_tensor():
+    """q, k, v as one projection's views (attention's, through ``head_parts``): the kernels write dq, dk, dv into one
+    (B, T, 3, H, D) tensor, the same numbers as for separate inputs, and autograd's gradient of the projection is the
+    reference's."""
+    B, T, H, D, window = 2, 40, 2, 16, 12
+    torch.manual_seed(0)
+    y, grad_out = torch.randn(B, T, 3, H, D, device=DEVICE), torch.randn(B, T, H, D, device=DEVICE)
+    q, k, v = y.unbind(2)
+    scale = D ** -0.5
+    o, lse = attention_fwd(q, k, v, None, window, scale)
+    packed = attention_bwd(q, k, v, None, o, lse, grad_out, window, scale)[:3]
+    assert packed_base(packed) is not None
+    apart = attention_bwd(*(t.contiguous() for t in (q, k, v)), None, o, lse, grad_out, window, scale)[:3]
+    assert packed_base(apart) is None and all(torch.equal(a, b) for a, b in zip(packed, apart))
+    grads = {}
+    for backend in ("triton", "naive"):
+        leaf = y.clone().requires_grad_()
+        out = gated_window_attention(*leaf.unbind(2), None, window, backend=backend)
+        grads[backend] = torch.autograd.grad(out, leaf, grad_out)[0]
+    torch.testing.assert_close(grads["triton"], grads["naive"], atol=1e-4, rtol=1e-3)
 
 
 def test_bad_arguments_are_value_errors():

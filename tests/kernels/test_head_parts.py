@@ -9,7 +9,9 @@ import torch.nn.functional as F
 
 import zoo.kernels.partial_sums as partial_sums
 from zoo.kernels import backend
+from zoo.kernels.layout import packed_base
 from zoo.kernels.linear import head_parts
+from zoo.kernels.linear.packed import pack_grads
 from graph_capture import assert_replays_like_eager
 
 
@@ -102,6 +104,23 @@ def test_rows_over_several_row_programs(monkeypatch):
     B, L, K = 2, 150, 40
     grads = [part_grad("sdpa", B, K, 2, 4, 0)] + [part_grad("contiguous", B, L, 2, 4, s) for s in (1, 2)]
     assert_matches_reference(*inputs(B, L), grads, 3, 2, distinct_rows(B, L, K, seed=3))
+
+
+def test_gradients_already_packed_are_summed_where_they_lie():
+    """Gradients that are one [B, L, 3, heads, Dh] tensor's views in order (zoo's window attention writes them so)
+    are that tensor, not a copy; in another order, or one with other strides, they are packed as usual."""
+    B, L, heads, head_dim = 2, 37, 2, 4
+    base = torch.randn(B, L, 3, heads, head_dim)
+    views = base.unbind(2)
+    assert packed_base(views) is not None and packed_base((views[1], views[0], views[2])) is None
+    out, sums = pack_grads(views, (B, L, heads, head_dim), base.dtype, True)
+    assert out.data_ptr() == base.data_ptr() and torch.equal(out, base.view(B * L, -1))
+    torch.testing.assert_close(sums, base.sum((0, 1)).flatten(), rtol=1e-5, atol=1e-5)
+    for grads in ((views[1], views[0], views[2]), (views[0], views[1], views[2].contiguous())):
+        out, sums = pack_grads(grads, (B, L, heads, head_dim), base.dtype, True)
+        assert out.data_ptr() != base.data_ptr() and torch.equal(out, torch.stack(grads, 2).view(B * L, -1))
+    x, w, b = inputs(B, L)
+    assert_matches_reference(x, w, b, list(views), 3, heads)  # through autograd, against the concatenation
 
 
 def test_more_parts_than_a_launch_takes():
