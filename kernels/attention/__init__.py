@@ -2,14 +2,10 @@
 attention mixers (GatedFWA's too, from its labelled rows).
 
 Backends: ``"sdpa"`` (``F.scaled_dot_product_attention``: FlashAttention or cuDNN on a GPU up to head dim 256, its
-memory-efficient kernel past that, its math form on a CPU), ``"dense"`` (``dense.py``: the score matrix in memory,
-two cuBLAS matmuls and row-wise softmax and dropout around them) and ``"triton"`` (causal attention without mask, bias
-or dropout alone: zoo's flash-style window kernels of ``zoo.kernels.gatedfwa.attention`` with the window the whole
-sequence and no gate). ``"auto"`` takes Triton for such causal attention on CUDA tensors up to head dim
-``TRITON_HEAD_DIM_MAX`` where ``AUTO_TRITON`` (its gradients of q, k, v come as views of one tensor where q, k, v are
-views of one projection, which the projection's backward then reads in place: ``zoo.kernels.linear.head_parts``),
-dense for CUDA tensors whose head dim is over ``FUSED_HEAD_DIM_MAX`` or that come with a bias (whose gradient not
-every SDPA kernel gives), SDPA otherwise: past 256, SDPA's memory-efficient backward was the slowest kernel of the grid's softmax runs at
+memory-efficient kernel past that, its math form on a CPU) and ``"dense"`` (``dense.py``: the score matrix in memory,
+two cuBLAS matmuls and row-wise softmax and dropout around them). ``"auto"`` takes dense for CUDA tensors whose head
+dim is over ``FUSED_HEAD_DIM_MAX`` or that come with a bias (whose gradient not every SDPA kernel gives), SDPA
+otherwise: past 256, SDPA's memory-efficient backward was the slowest kernel of the grid's softmax runs at
 d_model=512 (one head of 512), 2.4 ms a call at MQAR N=512, batch 128 on an H100, 63% of the GPU time of a group's
 step (``python -m zoo.bench.profile --cell 512,512 --group 4``).
 ``zoo.kernels.backend.last_backend("attention")`` says which ran.
@@ -22,10 +18,8 @@ import torch.nn.functional as F
 from zoo.kernels.attention.dense import dense_attention
 from zoo.kernels.backend import check_backend, record
 
-BACKENDS = ("auto", "sdpa", "dense", "triton")
+BACKENDS = ("auto", "sdpa", "dense")
 FUSED_HEAD_DIM_MAX = 256  # the largest head dim of SDPA's FlashAttention and cuDNN kernels
-TRITON_HEAD_DIM_MAX = 128  # the window kernels' tiles past 128 were tuned for windows, not whole sequences
-AUTO_TRITON = True
 
 
 def causal_mask(m: int, n: int, device: torch.device | str) -> torch.Tensor:
@@ -46,16 +40,6 @@ def softmax_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: t
         o: (B, H, M, D) in q's dtype.
     """
     check_backend(backend, BACKENDS)
-    plain_causal = mask is None and bias is None and dropout_p == 0 and q.shape[2] == k.shape[2]
-    if backend == "triton" and not plain_causal:
-        raise ValueError("softmax_attention: backend='triton' is not valid with a mask, a bias, dropout or M != N: "
-                         "expected causal attention alone")
-    if backend == "triton" or (backend == "auto" and AUTO_TRITON and plain_causal and q.is_cuda
-                               and q.shape[-1] <= TRITON_HEAD_DIM_MAX):
-        from zoo.kernels.gatedfwa.attention import gated_window_attention_triton
-        record("attention", "triton")
-        o = gated_window_attention_triton(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), None, k.shape[2])
-        return o.transpose(1, 2)
     dense = backend == "dense" or (backend == "auto" and q.is_cuda and (q.shape[-1] > FUSED_HEAD_DIM_MAX
                                                                         or bias is not None))
     record("attention", "dense" if dense else "sdpa")

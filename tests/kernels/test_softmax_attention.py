@@ -97,27 +97,6 @@ def test_bf16_inputs_give_bf16_outputs_and_gradients_close_to_float64():
         torch.testing.assert_close(a.double(), b, rtol=3e-2, atol=3e-2)
 
 
-@pytest.mark.parametrize("N,D", [(9, 8), (70, 24)])
-def test_triton_causal_matches_sdpa(N, D):
-    """Causal attention through zoo's flash-style window kernels (interpreted on a CPU), window = the sequence."""
-    q, k, v = qkv(M=N, N=N, D=D, dtype=torch.float32)
-    got = outputs_and_grads(lambda *t: softmax_attention(*t, backend="triton"), [q, k, v])
-    assert last_backend("attention") == "triton"
-    want = outputs_and_grads(lambda *t: softmax_attention(*t, backend="sdpa"), [q, k, v])
-    for a, b in zip(got, want):
-        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
-
-
-def test_triton_takes_plain_causal_attention_alone():
-    q, k, v = qkv(M=4, N=9, dtype=torch.float32)
-    for args in (dict(mask=picked_mask(2, 4, 9)), dict(bias=torch.zeros(4, 9))):
-        with pytest.raises(ValueError, match="backend='triton' is not valid with a mask, a bias, dropout or M != N"):
-            softmax_attention(q, k, v, **args, backend="triton")
-    q, k, v = qkv(dtype=torch.float32)
-    with pytest.raises(ValueError, match="expected causal attention alone"):
-        softmax_attention(q, k, v, dropout_p=0.1, backend="triton")
-
-
 def test_causal_mask_of_the_last_queries():
     assert torch.equal(causal_mask(2, 4, "cpu"), torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1]], dtype=torch.bool))
 
@@ -151,27 +130,6 @@ def test_gpu_auto_runs_dense_past_the_fused_head_dims_and_matches_sdpa_under_bf1
         assert a.dtype == torch.bfloat16
         torch.testing.assert_close(a.double(), b, rtol=2e-2, atol=2e-2)
     softmax_attention(*(t[..., :FUSED_HEAD_DIM_MAX] for t in (q, k, v)), mask)
-    assert last_backend("attention") == "sdpa"
-
-
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
-@pytest.mark.parametrize("H,D", [(1, 128), (2, 64)])
-def test_gpu_auto_runs_triton_for_causal_attention_and_matches_float64_under_bf16(H, D):
-    """The figure-2 cell's first layer (one head of 128, or two of 64), q, k, v views of one projection as the mixers
-    give them: zoo's kernels, their gradients views of one tensor again, against SDPA in float64; with dropout SDPA."""
-    y = torch.randn(4, 256, 3, H, D, dtype=torch.bfloat16, device="cuda", requires_grad=True)
-    views = [t.transpose(1, 2) for t in y.unbind(2)]
-    out = softmax_attention(*views)
-    assert last_backend("attention") == "triton"
-    grad = torch.randn_like(out)
-    (got,) = torch.autograd.grad(out, y, grad)
-    wide = y.detach().double().requires_grad_()
-    want_out = softmax_attention(*(t.transpose(1, 2) for t in wide.unbind(2)), backend="sdpa")
-    (want,) = torch.autograd.grad(want_out, wide, grad.double())
-    torch.testing.assert_close(out.double(), want_out, rtol=2e-2, atol=2e-2)
-    torch.testing.assert_close(got.double(), want, rtol=2e-2, atol=2e-2)
-    softmax_attention(*views, dropout_p=0.1)
     assert last_backend("attention") == "sdpa"
 
 
