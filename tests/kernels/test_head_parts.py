@@ -9,8 +9,10 @@ import torch.nn.functional as F
 
 import zoo.kernels.partial_sums as partial_sums
 from zoo.kernels import backend
+from zoo.kernels import layout
+from zoo.kernels.gatedfwa import gated_window_attention
 from zoo.kernels.layout import packed_base
-from zoo.kernels.linear import head_parts
+from zoo.kernels.linear import head_parts, packed
 from zoo.kernels.linear.packed import pack_grads
 from graph_capture import assert_replays_like_eager
 
@@ -121,6 +123,29 @@ def test_gradients_already_packed_are_summed_where_they_lie():
         assert out.data_ptr() != base.data_ptr() and torch.equal(out, torch.stack(grads, 2).view(B * L, -1))
     x, w, b = inputs(B, L)
     assert_matches_reference(x, w, b, list(views), 3, heads)  # through autograd, against the concatenation
+
+
+def test_window_attention_hands_its_gradients_over_packed(monkeypatch):
+    """SWA's path: q, k, v from ``head_parts`` into zoo's window attention, whose backward writes dq, dk, dv as views
+    of one tensor; autograd passes them on as they are, and the pack takes them in place. The gradients are the
+    reference path's."""
+    found = []
+
+    def spy(grads):
+        found.append(layout.packed_base(grads))
+        return found[-1]
+
+    monkeypatch.setattr(packed, "packed_base", spy)
+    x, w, b = inputs(2, 37)
+    grads = {}
+    for name in ("triton", "naive"):
+        leaves = [t.clone().requires_grad_() for t in (x, w, b)]
+        q, k, v = head_parts(*leaves, 3, 2, backend=name)
+        gated_window_attention(q, k, v, None, 8, backend=name).square().sum().backward()
+        grads[name] = [t.grad for t in leaves]
+    assert len(found) == 1 and found[0] is not None
+    for got, want in zip(grads["triton"], grads["naive"]):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)  # float32 sums in other orders
 
 
 def test_more_parts_than_a_launch_takes():
