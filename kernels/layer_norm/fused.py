@@ -35,7 +35,7 @@ import triton
 import triton.language as tl
 
 from zoo.kernels.backend import not_compiled
-from zoo.kernels.layout import even_walks, resident_programs
+from zoo.kernels.layout import even_walks, last_dim_contiguous, resident_programs
 from zoo.kernels.partial_sums import column_sum, sum_rows
 
 TILE = 4096  # values per program and tile: 16 per thread with 8 warps
@@ -257,7 +257,7 @@ def _update_grad(grad: torch.Tensor, shape: torch.Size) -> torch.Tensor:
     if grad.shape == shape:
         return grad
     rows = grad.reshape(-1, shape.numel())
-    return column_sum(rows if rows.stride(-1) == 1 else rows.contiguous()).view(shape)
+    return column_sum(last_dim_contiguous(rows)).view(shape)
 
 
 # Opaque to torch.compile: Inductor has nothing to fuse into a hand-written kernel (and failed on other Triton

@@ -5,9 +5,9 @@ softmax's training step (MQAR N=256, batch 256, d_model=128, bf16 autocast, one 
 the qkv and output projections' [65536, 384] and [65536, 128] bf16 gradients took 0.26 ms of the step's 2.2 ms
 of GPU time, about 0.5 TB/s. Here a fixed set of programs (a few per SM) each add a contiguous run of rows of
 one block of columns into float32 registers and store one row of a [programs, N] partial; a sum over programs
-finishes it (``partial_sums.column_sum``). Rows go to programs in a fixed way and nothing is added atomically, so the gradient is the same on
-every run. It is summed in float32 and rounded to the bias's dtype once (PyTorch rounds the sum to the
-gradient's dtype, bf16 under autocast, before the cast to the float32 parameter).
+finishes it (``partial_sums.column_sum``). Rows go to programs in a fixed way and nothing is added atomically, so
+the gradient is the same on every run. It is summed in float32 and rounded to the bias's dtype once (PyTorch rounds
+the sum to the gradient's dtype, bf16 under autocast, before the cast to the float32 parameter).
 
 Everything else is ``F.linear``'s: the forward with cuBLAS's bias epilogue, the input and weight gradients as
 matmuls, all in autocast's dtype when autocast is on (the inputs cast as autocast casts them), the input and
@@ -25,6 +25,7 @@ from zoo.kernels.autocast import matmul_dtype
 from zoo.kernels.backend import not_compiled
 from zoo.kernels.linear.grads import weight_grad
 from zoo.kernels.partial_sums import column_sum
+
 
 class _Linear(torch.autograd.Function):
     @staticmethod

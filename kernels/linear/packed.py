@@ -4,16 +4,15 @@ Triton pass over them.
 Why: softmax attention projects x [B, L, D] to q, k, v as views of one [B, L, 3D] output. Backward, autograd
 concatenates their three gradients (each [B, L, H, Dh], in practice views of the contiguous [B, H, L, Dh] tensors
 cuDNN's SDPA backward writes) into one [B, L, 3D] tensor, a copy kernel of 32 us a call on an H100 at B=256, L=256,
-D=128; the bias gradient's column sum
-(``partial_sums.column_sum``) then reads that whole tensor again, about 17 us more. Here one kernel reads each part's
-gradient with its own strides (up to three parts a launch), writes its columns of the packed [M, 3D] gradient (M = B
-* L) the matmul gradients read, and adds them up for the bias as it goes: a fixed set of programs, each a contiguous
-run of rows and one block of columns, stores its sums in one row of a float32 [programs, N] partial, which
-``sum_rows`` finishes. No atomics, so the gradient is the same on every run; it is summed in float32 and rounded to
-the bias's dtype once, as ``column_sum``'s. A part without a gradient (not used by the loss) is written as zeros,
-with no tensor of zeros read. Where the gradients come as the views of one packed tensor already (zoo's own window
-attention writes dq, dk, dv into one [B, L, 3, H, Dh] tensor when q, k, v are views of one), nothing is copied: the
-pass is ``column_sum``'s, a read.
+D=128; the bias gradient's column sum (``partial_sums.column_sum``) then reads that whole tensor again, about 17 us
+more. Here one kernel reads each part's gradient with its own strides (up to three parts a launch), writes its
+columns of the packed [M, 3D] gradient (M = B * L) the matmul gradients read, and adds them up for the bias as it
+goes: a fixed set of programs, each a contiguous run of rows and one block of columns, stores its sums in one row of
+a float32 [programs, N] partial, which ``sum_rows`` finishes. No atomics, so the gradient is the same on every
+run; it is summed in float32 and rounded to the bias's dtype once, as ``column_sum``'s. A part without a gradient
+(not used by the loss) is written as zeros, with no tensor of zeros read. Where the gradients come as the views of
+one packed tensor already (zoo's own window attention writes dq, dk, dv into one [B, L, 3, H, Dh] tensor when q, k,
+v are views of one), nothing is copied: the pass is ``column_sum``'s, a read.
 
 The model's last block needs its queries at the labelled rows alone (``rows``: the first part gathered at them).
 Picked after the projection, their gradient would come back as a zero-filled [B, L, heads, Dh] tensor with the rows
@@ -118,8 +117,8 @@ def pack_grads(grads, shape: tuple[int, int, int, int], dtype: torch.dtype, sums
     one contiguous [B * L, parts * heads * Dh] tensor in ``dtype``, and (``sums``) its float32 column sums [N], else
     None. With ``first_rows`` [B, K] the first part's gradient is [B, K, heads, Dh], at those rows alone (the others
     zeros). Up to ``PARTS_A_LAUNCH`` parts a launch, all writing one partial for one row sum. Gradients that are
-already the views of one packed tensor in order (``layout.packed_base``: zoo's window attention writes them so for q,
-k, v given that way) are that tensor, summed by ``column_sum``: no copy."""
+    already the views of one packed tensor in order (``layout.packed_base``: zoo's window attention writes them so
+    for q, k, v given that way) are that tensor, summed by ``column_sum``: no copy."""
     B, L, heads, head_dim = shape
     width = heads * head_dim
     M, N = B * L, len(grads) * width
@@ -144,7 +143,8 @@ k, v given that way) are that tensor, summed by ``column_sum``: no copy."""
         zeros = sum(1 << i for i, g in enumerate(group) if g is None)
         _pack_column_sum_kernel[(programs, column_blocks, len(group))](
             *pointers, out[:, first * width:], partial[:, first * width:], source, M, L, N, width, *strides,
-            per_program, ZEROS=zeros, FIRST_AT_ROWS=at_rows and first == 0, SUMS=sums, HEAD_DIM=head_dim, ROWS=rows, BLOCK_N=block_n, num_warps=NUM_WARPS)
+            per_program, ZEROS=zeros, FIRST_AT_ROWS=at_rows and first == 0, SUMS=sums, HEAD_DIM=head_dim, ROWS=rows,
+            BLOCK_N=block_n, num_warps=NUM_WARPS)
     return out, sum_rows(partial) if sums else None
 
 

@@ -15,10 +15,10 @@ CUDA graph) reading each row twice in blocks of 4096 with 8 warps (the default) 
 in registers took 62.4 us with 16 warps, 73.4 and 69.3 with 8 and 4; the loss alone's two kernels
 (``zoo.kernels.cross_entropy``), 80.0 us. In softmax's training step (``python -m zoo.bench.profile``, same GPU)
 the default took 54 us a step; holding the row in registers, 61 (an earlier tree, another call). The math is float32
-throughout; G is rounded to the logits' dtype once. Backward, both matmuls write float32 (cuBLAS's ``out_dtype`` for 16-bit CUDA
-inputs), g scales them there, and x's gradient is rounded to x's dtype once: with g = 1 the numbers of the head
-through ``zoo.kernels.linear`` and ``zoo.kernels.cross_entropy``, up to the order of the log-sum-exp's sum (a few
-entries of G round to the neighbouring bf16 value) and cuBLAS's choice of kernel.
+throughout; G is rounded to the logits' dtype once. Backward, both matmuls write float32 (cuBLAS's ``out_dtype`` for
+16-bit CUDA inputs), g scales them there, and x's gradient is rounded to x's dtype once: with g = 1 the numbers of
+the head through ``zoo.kernels.linear`` and ``zoo.kernels.cross_entropy``, up to the order of the log-sum-exp's sum
+(a few entries of G round to the neighbouring bf16 value) and cuBLAS's choice of kernel.
 
 Shapes: x [R, D], weight [V, D], targets [R] int64 -> a float32 0-d loss; n = the number of labelled rows, read
 from device memory (nothing waits for the host: CUDA graphs).

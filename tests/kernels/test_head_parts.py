@@ -91,7 +91,8 @@ def test_the_first_part_at_rows_alone(layout):
     row belongs (the other rows' zeros, a gradient without them in the first part's bias sums)."""
     B, L, K, heads, head_dim = 3, 37, 6, 2, 4
     rows = distinct_rows(B, L, K)
-    grads = [part_grad(layout, B, K, heads, head_dim, 0)] + [part_grad("sdpa", B, L, heads, head_dim, s) for s in (1, 2)]
+    grads = [part_grad(layout, B, K, heads, head_dim, 0)]
+    grads += [part_grad("sdpa", B, L, heads, head_dim, s) for s in (1, 2)]
     x, w, b = inputs(B, L)
     q = run("triton", x, w, b, grads, 3, heads, rows=rows)[0][0]
     assert q.shape == (B, K, heads, head_dim)
