@@ -9,9 +9,10 @@ finishes it (``partial_sums.column_sum``). Rows go to programs in a fixed way an
 the gradient is the same on every run. It is summed in float32 and rounded to the bias's dtype once (PyTorch rounds
 the sum to the gradient's dtype, bf16 under autocast, before the cast to the float32 parameter).
 
-Everything else is ``F.linear``'s: the forward with cuBLAS's bias epilogue, the input and weight gradients as
-matmuls, all in autocast's dtype when autocast is on (the inputs cast as autocast casts them), the input and
-weight gradients returned in the dtypes of x and weight; the weight gradient of a float32 weight under 16-bit
+Everything else is ``F.linear``'s: the forward (``forward.project``: for tall, narrow 16-bit inputs on a GPU a
+streaming Triton matmul with the bias added, else ``F.linear``), the input and weight gradients as matmuls, all in
+autocast's dtype when autocast is on (the inputs cast as autocast casts them), the input and weight gradients
+returned in the dtypes of x and weight; the weight gradient of a float32 weight under 16-bit
 autocast on a GPU comes out of its matmul in float32 (``grads.weight_grad``: no rounding, no cast kernel).
 
 Shapes: x [..., K], weight [N, K], bias [N] or None -> y [..., N].
@@ -19,10 +20,10 @@ Shapes: x [..., K], weight [N, K], bias [N] or None -> y [..., N].
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
 from zoo.kernels.autocast import matmul_dtype
 from zoo.kernels.backend import not_compiled
+from zoo.kernels.linear.forward import project
 from zoo.kernels.linear.grads import weight_grad
 from zoo.kernels.partial_sums import column_sum
 
@@ -34,7 +35,7 @@ class _Linear(torch.autograd.Function):
         bc = bias if bias is None or dtype is None else bias.to(dtype)
         ctx.save_for_backward(xc if ctx.needs_input_grad[1] else None, wc if ctx.needs_input_grad[0] else None)
         ctx.dtypes = x.dtype, weight.dtype, None if bias is None else bias.dtype
-        return F.linear(xc, wc, bc)
+        return project(xc, wc, bc)
 
     @staticmethod
     def backward(ctx, dy):

@@ -22,9 +22,9 @@ row belongs (a [B * L] int32 map of source rows, -1 for the rows left out, writt
 training step at the figure-2 cell (one H100 80GB, ``python -m zoo.bench.profile``) the two layers' packs then took
 75 us a step together, against 93 when each part had its own launch and the queries came zero-filled.
 
-Everything else is ``F.linear``'s, as in ``fused.py``: the forward (the parts are views of its one output), the
-input and weight gradients as matmuls of the packed gradient, in autocast's dtype when autocast is on, returned in
-the dtypes of x and weight (``grads.weight_grad`` for a float32 weight under 16-bit autocast on a GPU).
+Everything else is ``F.linear``'s, as in ``fused.py``: the forward (``forward.project``; the parts are views of its
+one output), the input and weight gradients as matmuls of the packed gradient, in autocast's dtype when autocast is
+on, returned in the dtypes of x and weight (``grads.weight_grad`` for a float32 weight under 16-bit autocast on a GPU).
 
 Shapes: x [B, L, K], weight [N, K], bias [N] or None, N = parts * heads * Dh, rows [B, K'] int64 or None ->
 ``parts`` tensors [B, L, heads, Dh], views of one [B, L, parts, heads, Dh] projection (the first [B, K', heads, Dh],
@@ -33,12 +33,12 @@ gathered, with ``rows``).
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 import triton
 import triton.language as tl
 
 from zoo.kernels.autocast import matmul_dtype
 from zoo.kernels.backend import not_compiled
+from zoo.kernels.linear.forward import project
 from zoo.kernels.linear.grads import weight_grad
 from zoo.kernels.layout import packed_base
 from zoo.kernels.partial_sums import NUM_WARPS, column_sum, column_walk, sum_rows
@@ -157,7 +157,7 @@ class _HeadParts(torch.autograd.Function):
         ctx.save_for_backward(xc if ctx.needs_input_grad[1] else None, wc if ctx.needs_input_grad[0] else None, rows)
         ctx.dtypes = x.dtype, weight.dtype, None if bias is None else bias.dtype
         B, L, _ = x.shape
-        y = F.linear(xc, wc, bc)
+        y = project(xc, wc, bc)
         ctx.shape, ctx.out_dtype = (B, L, heads, weight.shape[0] // (parts * heads)), y.dtype
         outs = y.view(B, L, parts, *ctx.shape[2:]).unbind(2)
         return outs if rows is None else (rows_at(outs[0], rows), *outs[1:])

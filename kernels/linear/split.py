@@ -11,16 +11,18 @@ input gradients in x's dtype, a float32 pass per layer each way at MQAR N=512, d
 Here x is cast once and each part is one matmul into its own [M, n] tensor; backward, dx accumulates the parts'
 products (bf16 inputs on CUDA: in float32 inside the matmuls, ``addmm`` with a float32 output, rounded once to x's
 dtype; elsewhere in the matmul dtype, one rounding per part, as autograd sums the gradients of a tensor used twice).
-Parts are the reference's bits; so are the weight gradients, but for a float32 weight under 16-bit autocast on a
-GPU, whose gradient comes out of its matmul in float32 (``grads.weight_grad``), not rounded to 16 bits and cast.
+Parts are the reference's bits (but for tall, narrow 16-bit inputs on a GPU, where ``forward.project``'s Triton
+matmul writes them, within a rounding of the output); so are the weight gradients, but for a float32 weight under
+16-bit autocast on a GPU, whose gradient comes out of its matmul in float32 (``grads.weight_grad``), not rounded to
+16 bits and cast.
 One part (a single projection, the model's tied head) keeps dx in the matmul's dtype: there is nothing to sum.
 """
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
 from zoo.kernels.autocast import matmul_dtype
+from zoo.kernels.linear.forward import project
 from zoo.kernels.linear.grads import SIXTEEN_BIT, weight_grad
 
 
@@ -44,7 +46,7 @@ class _LinearParts(torch.autograd.Function):
         ctx.save_for_backward(xc if any_weight_grad else None, *(wcs if ctx.needs_input_grad[0] else ()))
         ctx.dtypes = x.dtype, [w.dtype for w in weights], [None if b is None else b.dtype for b in biases]
         ctx.x_shape = x.shape
-        return tuple(F.linear(xc, w, b) for w, b in zip(wcs, bcs))
+        return tuple(project(xc, w, b) for w, b in zip(wcs, bcs))
 
     @staticmethod
     def backward(ctx, *grads):

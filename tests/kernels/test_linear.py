@@ -140,3 +140,61 @@ def test_gpu_forward_and_bias_gradient_replay_in_a_cuda_graph():
         return y.detach(), leaf.grad
 
     assert_replays_like_eager(step, leaf)
+
+
+@pytest.mark.parametrize("M,K,N,bias", [(300, 16, 24, True), (257, 64, 40, False), (1000, 200, 130, True),
+                                        (129, 256, 8, True)])
+def test_streaming_projection_matches_float64(M, K, N, bias):
+    """The Triton forward (interpreted; float32): row blocks walked by two programs or one per column block, ragged
+    edges in every dimension, x's rows strided (a column slice of a wider tensor)."""
+    from zoo.kernels.linear.forward import project_triton
+
+    g = torch.Generator().manual_seed(M)
+    wide = torch.randn(M, K + 5, generator=g)
+    x, w = wide[:, 3:3 + K], torch.randn(N, K, generator=g)
+    b = torch.randn(N, generator=g) if bias else None
+    y = project_triton(x, w, b)
+    want = x.double() @ w.double().t() + (b.double() if bias else 0)
+    assert y.dtype == torch.float32 and y.shape == (M, N) and y.is_contiguous()
+    torch.testing.assert_close(y.double(), want, rtol=1e-5, atol=1e-4)
+    torch.testing.assert_close(project_triton(x.reshape(4, -1, K) if M % 4 == 0 else x, w, b),
+                               y.view(4, -1, N) if M % 4 == 0 else y, rtol=0, atol=0)
+
+
+def test_streaming_projection_conditions_and_a_too_long_reduction():
+    from zoo.kernels.linear.forward import MAX_K, project, project_triton, streams
+
+    x, w = torch.randn(8, 4), torch.randn(3, 4)
+    assert not streams(x, w) and not streams(x.bfloat16(), w.bfloat16())  # a CPU tensor: F.linear
+    torch.testing.assert_close(project(x, w, None), F.linear(x, w))
+    assert backend.last_backend("projection") == "torch"
+    with pytest.raises(ValueError, match=f"K={MAX_K + 1} is not valid: expected at most {MAX_K}"):
+        project_triton(torch.randn(2, MAX_K + 1), torch.randn(3, MAX_K + 1), None)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+@pytest.mark.parametrize("K,N,bias", [(128, 384, True), (256, 128, False), (64, 200, True)])
+def test_gpu_projection_streams_tall_bf16_inputs_and_matches_cublas(K, N, bias):
+    """Tall, narrow bf16 projections take the Triton forward (recorded), within a bf16 rounding of cuBLAS's, inside
+    ``linear`` too; too few rows, too wide an output and float32 stay with cuBLAS."""
+    from zoo.kernels.linear.forward import MAX_N, MIN_ROWS, project
+
+    g = torch.Generator().manual_seed(K)
+    x = torch.randn(MIN_ROWS * 4 + 3, K, generator=g).cuda().bfloat16()
+    w, b = (torch.randn(N, K, generator=g) * K ** -0.5).cuda(), torch.randn(N, generator=g).cuda()
+    b16 = b.bfloat16() if bias else None
+    y = project(x, w.bfloat16(), b16)
+    assert backend.last_backend("projection") == "triton"
+    want = F.linear(x, w.bfloat16(), b16)
+    exact = x.double() @ w.bfloat16().double().t() + (b16.double() if bias else 0)
+    assert (y.double() - exact).abs().max() <= 2 ** -8 * exact.abs().max()  # one rounding of float32 sums
+    torch.testing.assert_close(y, want, rtol=2 ** -7, atol=2 ** -7 * float(want.abs().max()))
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        torch.testing.assert_close(linear(x[:4 * MIN_ROWS].view(4, MIN_ROWS, K), w, b if bias else None),
+                                   y[:4 * MIN_ROWS].view(4, MIN_ROWS, N), rtol=0, atol=0)
+    assert backend.last_backend("projection") == "triton"
+    wide = torch.randn(MAX_N + 1, K).cuda().bfloat16()
+    for args in ((x[:MIN_ROWS - 1], w.bfloat16(), b16), (x.float(), w, b), (x, wide, None)):
+        project(*args)
+        assert backend.last_backend("projection") == "cublas"
