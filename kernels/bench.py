@@ -17,9 +17,9 @@ conv against PyTorch's grouped conv1d, Hyena's gated long conv fused around its 
 composition, and the training loss (cross-entropy over the vocabulary at the labelled rows) against PyTorch's and
 fla's fused one, the tied head and that loss as one op against the two apart, the residual stream's LayerNorm and
 the residual add fused into it against PyTorch's, causal softmax attention past the fused kernels' head dims (the
-dense form) against SDPA, a biased projection (its bias gradient a Triton column sum) against ``F.linear``,
-attention's q, k, v projection with its parts' gradients packed in one pass against the projection viewed and
-unbound, and three timed from a CUDA graph of many calls as in a training step: RWKV-7's projections of its
+dense form) against SDPA, a biased projection (its forward a streaming Triton matmul, its bias gradient a Triton
+column sum) against ``F.linear``, attention's q, k, v projection with its parts' gradients packed in one pass against
+the projection viewed and unbound, and three timed from a CUDA graph of many calls as in a training step: RWKV-7's projections of its
 token-shift mixes folded into one matmul against the mixes made first, the embedding's weight gradient against
 PyTorch's, and the column sums' last step (``sum_rows`` of the per-program partial sums) against PyTorch's ``sum``.
 
@@ -604,15 +604,17 @@ def softmax_attention_rows(B, N, H, D, dropout_p=0.1):
 
 
 def linear_rows(M, K, N):
-    """{name: (fwd ms, fwd+bwd ms)} of a biased projection x [M, K] (float32) -> [M, N] under bf16 autocast: ours
-    (the bias gradient a Triton column sum) and ``F.linear``."""
+    """{name: (fwd ms, fwd+bwd ms)}, timed in a CUDA graph, of a biased projection of bf16 x [M, K] (as a norm writes
+    it) -> [M, N] under bf16 autocast: ours (the forward ``forward.project``'s, the bias gradient a Triton column sum)
+    and ``F.linear``."""
     dev = "cuda"
     torch.manual_seed(0)
-    x = torch.randn(M, K, device=dev, requires_grad=True)
+    x = torch.randn(M, K, device=dev, dtype=torch.bfloat16, requires_grad=True)
     weight = (torch.randn(N, K, device=dev) * K ** -0.5).requires_grad_()
     bias = torch.randn(N, device=dev, requires_grad=True)
     grad = torch.randn(M, N, device=dev, dtype=torch.bfloat16)
-    return {name: timed_pair(under_autocast(lambda: linear(x, weight, bias, backend=name)), grad, (x, weight, bias))
+    return {name: graph_timed_pair(under_autocast(lambda: linear(x, weight, bias, backend=name)), grad,
+                                   (x, weight, bias))
             for name in ("triton", "naive")}
 
 
@@ -796,7 +798,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     section("--softmax-attention", nargs="*", type=shape_of("B,N,H,D"),
             default=[(128, 512, 1, 512), (256, 256, 1, 256)],
             help="causal softmax attention shapes B,N,H,D: SDPA against the dense form")
-    section("--linear", nargs="*", type=shape_of("M,K,N"), default=[(65536, 128, 384)],
+    section("--linear", nargs="*", type=shape_of("M,K,N"), default=[(65536, 128, 384), (65536, 128, 128)],
             help="biased projection shapes M,K,N (rows, in, out)")
     section("--linear-cross-entropy", nargs="*", type=shape_of("R,D,V"), default=[(4096, 128, 8192)],
             help="the tied head and the loss, R labelled rows, D, V classes: one op against the two apart")
@@ -891,7 +893,7 @@ def main(argv: list[str] | None = None):
         print(f"\ncausal softmax attention, B={B} N={N} H={H} D={D}, bf16")
         print_pairs(softmax_attention_rows(B, N, H, D))
     for M, K, N in filter(None, args.linear):
-        print(f"\nbiased projection [{M}, {K}] -> [{M}, {N}], bf16 autocast")
+        print(f"\nbiased projection [{M}, {K}] -> [{M}, {N}], bf16 x, bf16 autocast, in a CUDA graph")
         print_pairs(linear_rows(M, K, N))
     for R, D, V in filter(None, args.linear_cross_entropy):
         print(f"\ntied head and loss, x [{R}, {D}] @ weight [{V}, {D}]^T, bf16 autocast, mean over the labelled rows")

@@ -48,13 +48,13 @@ def even_walks(tiles: int, programs: int) -> tuple[int, int]:
 
 
 @functools.cache
-def resident_programs(device: torch.device) -> int:
-    """How many programs a kernel that walks its rows in a fixed number of programs launches: 4 per SM on a GPU,
-    enough to hide memory latency; 2 under the interpreter, which runs programs one after another (tests then
+def resident_programs(device: torch.device, per_sm: int = 4) -> int:
+    """How many programs a kernel that walks its rows in a fixed number of programs launches: ``per_sm`` per SM on a
+    GPU (4: enough to hide memory latency); 2 under the interpreter, which runs programs one after another (tests then
     still split the rows between programs)."""
     if device.type != "cuda":
         return 2
-    return 4 * torch.cuda.get_device_properties(device).multi_processor_count
+    return per_sm * torch.cuda.get_device_properties(device).multi_processor_count
 
 
 @triton.jit

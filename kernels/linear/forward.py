@@ -1,17 +1,23 @@
 """A projection's forward for tall, narrow 16-bit inputs on a GPU: a streaming Triton matmul with the bias added.
 
 Why: the small models of the MQAR grid project x [M, K] with M = B * L in the tens of thousands and K = d_model of
-64 to 256. Such a matmul reads x once and writes y once, and little else: it is bound by memory, not arithmetic.
-cuBLAS's bias-epilogue kernel for softmax's qkv projection at the figure-2 cell ([65536, 128] x [128, 384] bf16 with
-bias, one H100 80GB, in a CUDA graph) took 39.6 us, 1.7 TB/s, half the memory's speed. Here a fixed set of programs
-each holds one [K, BLOCK_N] block of the weight (and of the bias) for the whole launch and walks blocks of BLOCK_M
-rows of x, the loads of the next block in flight while the current one is multiplied and stored (``tl.range``'s
-stages): the weight is read once a program, x once a column block (from L2 after the first), y written once.
+64 to 512. Such a matmul reads x once and writes y once, and little else: at K up to 128 it is bound by memory, not
+arithmetic, and cuBLAS's kernels ran at half the memory's speed there. Here a fixed set of programs (2 an SM) each
+holds one [K, BLOCK_N] block of the weight (and of the bias) for the whole launch and walks blocks of 64 rows of x,
+the loads of the next blocks in flight while the current one is multiplied and stored (``tl.range``'s 3 stages):
+the weight is read once a program, x once a column block (from L2 after the first), y written once.
+
+Measured on an H100 80GB HBM3 (bf16, in a CUDA graph, us a call, cuBLAS's ``F.linear`` -> this kernel at its
+launch): [65536, 128] x [128, 384] with bias (softmax's qkv at the figure-2 cell) 39.6 -> 28.3; x [128, 128] with bias
+18.4 -> 8.9 to 9.5; x [128, 512] 36.0 -> 33.9; [65536, 64] x [64, 192] with bias 18.5 -> 10.3; [4096, 128] x [128,
+384] 4.6 -> 3.6 to 4.0. At K=256 cuBLAS was as fast or faster ([65536, 256] x [256, 128] 19.4 against 19.8 at this
+kernel's best launch, x [256, 768] 56.7 against 62.7), so K stays at most ``MAX_K``. Block widths, warps, stages and
+programs an SM were chosen from a sweep of 48 to 66 launches a shape (``results/SPEED.md``).
 
 ``project(x, weight, bias)`` takes this kernel where it applies (``streams``: CUDA, x and weight of one 16-bit
-dtype, K at most ``MAX_K``, N at most ``MAX_N``, at least ``MIN_ROWS`` rows) and ``F.linear`` (cuBLAS) elsewhere. Accumulation is
-float32 and the bias is added in float32 before the one rounding to x's dtype, as cuBLAS's epilogue does; the
-order of the products' sum is the kernel's, so values differ from cuBLAS's by a rounding of the output.
+dtype, K at most ``MAX_K``, N at most ``MAX_N``, at least ``MIN_ROWS`` rows) and ``F.linear`` (cuBLAS) elsewhere.
+Accumulation is float32 and the bias is added in float32 before the one rounding to x's dtype, as cuBLAS's epilogue
+does; the order of the products' sum is the kernel's, so values differ from cuBLAS's by a rounding of the output.
 
 Shapes: x [..., K] (unit stride along K), weight [N, K], bias [N] or None -> y [..., N], contiguous, x's dtype.
 """
@@ -25,7 +31,10 @@ import triton.language as tl
 from zoo.kernels.backend import record
 from zoo.kernels.layout import last_dim_contiguous, resident_programs
 
-MAX_K = 256  # the whole reduction in one block: one weight tile a program, held for the launch
+MAX_K = 128  # the whole reduction in one block, one weight tile a program held for the launch; at K=256 cuBLAS was
+# as fast or faster (module doc)
+BLOCK_M = 64
+PROGRAMS_PER_SM = 2  # each holds three stages of x blocks and its weight tile: 80 KB of shared memory at K=128
 MAX_N = 1024  # wider outputs (the tied head's 8192 classes) are matmuls with arithmetic enough for cuBLAS
 MIN_ROWS = 4096  # fewer rows: a launch of a few programs, which cuBLAS's kernels serve as well
 SIXTEEN_BIT = (torch.bfloat16, torch.float16)
@@ -55,13 +64,10 @@ def _project_kernel(X, W, BIAS, Y, M, N, K, s_xm, s_wn, blocks_n, programs_m, HA
                  mask=row_ok[:, None] & col_ok[None, :])
 
 
-def launch(M: int, N: int, K: int) -> tuple[int, int, int, int]:
-    """(BLOCK_M, BLOCK_N, warps, stages) for x [M, K] @ [K, N]: column blocks of up to 128 and 64 to 128 rows, so the
-    float32 accumulator takes at most 64 registers a thread."""
-    block_n = min(128, max(16, triton.next_power_of_2(N)))
-    block_k = max(16, triton.next_power_of_2(K))
-    block_m = 128 if block_k <= 128 else 64
-    return block_m, block_n, 8 if block_m * block_n >= 128 * 128 else 4, 3
+def launch(N: int) -> tuple[int, int, int]:
+    """(BLOCK_N, warps, stages) of an output N wide, rows in blocks of ``BLOCK_M``; measured on an H100 80GB (module
+    doc)."""
+    return (64, 4, 3) if N <= 192 else (128, 8, 3)
 
 
 def streams(x: torch.Tensor, weight: torch.Tensor) -> bool:
@@ -82,12 +88,12 @@ def project_triton(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | N
     M = x2.shape[0]
     y = torch.empty(M, N, dtype=x.dtype, device=x.device)
     if M and N:
-        block_m, block_n, warps, stages = launch(M, N, K)
+        block_n, warps, stages = launch(N)
         blocks_n = triton.cdiv(N, block_n)
-        programs_m = max(1, min(triton.cdiv(M, block_m), resident_programs(x.device) // blocks_n))
+        programs_m = max(1, min(triton.cdiv(M, BLOCK_M), resident_programs(x.device, PROGRAMS_PER_SM) // blocks_n))
         _project_kernel[(programs_m * blocks_n,)](
             x2, weight, y if bias is None else bias, y, M, N, K, x2.stride(0), weight.stride(0), blocks_n, programs_m,
-            HAS_BIAS=bias is not None, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=max(16, triton.next_power_of_2(K)),
+            HAS_BIAS=bias is not None, BLOCK_M=BLOCK_M, BLOCK_N=block_n, BLOCK_K=max(16, triton.next_power_of_2(K)),
             STAGES=stages, num_warps=warps)
     return y.view(*x.shape[:-1], N)
 

@@ -47,7 +47,7 @@ KINDS = {
     "optimizer": r"adam|multi_tensor",  # before norm: gradient clipping's norms run as multi_tensor kernels
     "norm": r"norm",
     "embedding": r"embedding|sorted_sum|radix|sort|index_put|scatter|gather",
-    "matmul": r"gemm|gemv|cutlass|xmma|nvjet|cublas|magma|sm\d+_",
+    "matmul": r"gemm|gemv|cutlass|xmma|nvjet|cublas|magma|sm\d+_|_project_kernel",
     "elementwise / reduction": r"elementwise|vectorized|unrolled|reduce|column_sum|sum_rows|sum_blocks|copy|fill|cat|"
                                r"where|token_shift|implicit_filter|triton_",
 }
