@@ -61,7 +61,8 @@ class Block(nn.Module):
     gradient added in its backward pass). The loss and every gradient are those of the full computation (the rows
     left out reach no loss); only attention dropout draws other random numbers. The positions of a sequence are
     distinct (``zoo.data`` pads them with distinct unlabelled rows): on a GPU a repeated one's gradients would not
-    add up.
+    add up. The first block may take token ids (B, L) for x and the embedding table as ``table``: norm1 then gathers
+    the stream's rows itself (``LayerNorm.after_embedding``: no gathered copy written and read back).
     """
 
     def __init__(self, d_model: int, mixer: nn.Module, state_mixer: str):
@@ -75,8 +76,11 @@ class Block(nn.Module):
         self.mixer_picks = getattr(mixer, "outputs_at_positions", False)
 
     def forward(self, x: torch.Tensor, update: torch.Tensor | None, layer_state: dict,
-                positions: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        if update is None:
+                positions: torch.Tensor | None = None,
+                table: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        if table is not None:  # x holds token ids: the stream is table[x] (+ update), gathered by norm1
+            x, h = self.norm1.after_embedding(x, table, update, rows=positions)
+        elif update is None:
             x, h = (x if positions is None else rows_at(x, positions)), self.norm1(x)
         else:  # with positions, the norm returns the stream at those rows alone (its gradient comes back as rows)
             x, h = self.norm1.after_add(x, update, rows=positions)
@@ -234,14 +238,15 @@ class LanguageModel(nn.Module):
             raise ValueError(f"sequence length {L} exceeds max_seq_len={self.max_seq_len}")
         pos = None if self.pos_embed is None else self.pos_embed.weight[:L]
         update = None  # what the next norm adds to x first: the positions, then each block's output
+        table = None  # the embedding, when the first block's norm gathers its rows
         if self.embed_dropout and self.training:  # the rows, their positions and dropout: one pass each way on a GPU
             x = embedding_dropout(input_ids, self.embed.weight, pos, self.embed_dropout)
-        else:  # the first block's norm adds the positions to every sequence (one pass each way; their gradient, the
-            x, update = self.embed(input_ids), pos  # stream's summed over the batch, is a column sum of it)
+        else:  # the first block's norm gathers the rows and adds the positions to every sequence (one pass each way;
+            x, table, update = input_ids, self.embed.weight, pos  # the positions' gradient a column sum of the stream's)
         layer_state: dict = {}
         last = len(self.blocks) - 1
         for i, block in enumerate(self.blocks):
-            x, update = block(x, update, layer_state, positions if i == last else None)
+            x, update = block(x, update, layer_state, positions if i == last else None, table if i == 0 else None)
         return self.norm(x) if update is None else self.norm.after_add(x, update)[1]
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:

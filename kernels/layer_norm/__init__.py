@@ -9,8 +9,9 @@ path (``fused.py``) is one Triton kernel forward and one backward (plus a column
 and bias partials), reads strided views in place and fuses the gate: ``y = norm(x) * weight * silu(gate)``.
 
 ``layer_norm(x, weight, bias, eps, backend)``, ``add_layer_norm(x, update, weight, bias, eps, backend)`` (the norm of
-x + update, returned with the sum: a pre-norm block's residual add fused into the norm after it) and
-``rms_norm(x, weight, eps, gate, out_dtype, backend)``;
+x + update, returned with the sum: a pre-norm block's residual add fused into the norm after it),
+``embedding_layer_norm(ids, table, update, weight, bias, eps, backend)`` (the same with x = table[ids]: a model's
+embedding gathered by the first norm) and ``rms_norm(x, weight, eps, gate, out_dtype, backend)``;
 ``backend``: ``"triton"``, ``"naive"`` (``naive.py``: ``F.layer_norm``, ``F.rms_norm``) or ``"auto"`` (Triton
 for float32/bf16/fp16 CUDA tensors with N <= ``MAX_N``, else the reference). Both compute in float32 (float64
 stays float64 in the reference). ``zoo.kernels.backend.last_backend("layer_norm")`` / ``("rms_norm")`` say
@@ -28,6 +29,7 @@ import torch
 
 from zoo.kernels.autocast import matmul_dtype
 from zoo.kernels.backend import NAIVE, check_backend, named_or_gpu, record
+from zoo.kernels.embedding import embedding
 from zoo.kernels.layer_norm.naive import layer_norm_naive, rms_norm_naive
 from zoo.kernels.rows import rows_at
 
@@ -105,6 +107,34 @@ def add_layer_norm(x: torch.Tensor, update: torch.Tensor, weight: torch.Tensor |
     return add_norm_triton(x, update, weight, bias, eps, False, out_dtype, rows)
 
 
+def embedding_layer_norm(ids: torch.Tensor, table: torch.Tensor, update: torch.Tensor | None,
+                         weight: torch.Tensor | None, bias: torch.Tensor | None, eps: float = 1e-5,
+                         backend: str = "auto", to_matmul: bool = False,
+                         rows: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(s, layer_norm(s)) with s = table[ids] + update (update None: table[ids]): :func:`add_layer_norm` of the
+    embedding ``zoo.kernels.embedding.embedding(ids, table)``, ids [...] (int64, each in [0, V)), table [V, N]. The
+    Triton path gathers the rows inside the norm's one pass (no [..., N] copy of them written and read back: 64 MB
+    of float32 traffic a step at MQAR's figure-2 cell) and sums the input gradient into the table's rows with the
+    embedding's deterministic backward. ``rows`` as :func:`add_layer_norm`'s (ids then [B, L])."""
+    if table.dim() != 2 or (update is not None and (update.dim() > ids.dim() + 1 or update.shape
+                                                    != (*ids.shape, table.shape[1])[ids.dim() + 1 - update.dim():])):
+        raise ValueError(f"embedding_layer_norm: table {tuple(table.shape)} and update "
+                         f"{None if update is None else tuple(update.shape)} are not valid for ids {tuple(ids.shape)}: "
+                         f"expected a table [V, N] and an update of [*ids.shape, N]'s trailing dims or None")
+    if not _use_triton("layer_norm", backend, table):
+        x = embedding(ids, table, backend=NAIVE if backend == NAIVE else "auto")
+        if update is None:
+            y = layer_norm(x, weight, bias, eps, NAIVE, to_matmul)
+            return (x if rows is None else rows_at(x, rows)), y
+        return add_layer_norm(x, update, weight, bias, eps, NAIVE, to_matmul, rows)
+    if rows is not None and (ids.dim() != 2 or rows.dim() != 2 or rows.shape[0] != ids.shape[0]):
+        raise ValueError(f"rows.shape={tuple(rows.shape)} is not valid: expected [B, K] rows of ids [B, L], "
+                         f"{tuple(ids.shape)}")
+    dtype = table.dtype if update is None else torch.promote_types(table.dtype, update.dtype)
+    from zoo.kernels.layer_norm.fused import embed_norm_triton
+    return embed_norm_triton(ids, table, update, weight, bias, eps, _autocast_out(table, dtype, to_matmul), rows)
+
+
 def rms_norm(x: torch.Tensor, weight: torch.Tensor | None = None, eps: float | None = None,
              gate: torch.Tensor | None = None, out_dtype: torch.dtype | None = None,
              backend: str = "auto", gate_first: bool = False) -> torch.Tensor:
@@ -145,6 +175,13 @@ class LayerNorm(torch.nn.LayerNorm):
         on a GPU."""
         return add_layer_norm(x, update, self.weight, self.bias, self.eps, to_matmul=self.to_matmul, rows=rows)
 
+    def after_embedding(self, ids: torch.Tensor, table: torch.Tensor, update: torch.Tensor | None,
+                        rows: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(table[ids] + update, or its ``rows`` alone, and this norm of it) through :func:`embedding_layer_norm`:
+        the rows gathered in the norm's one pass on a GPU."""
+        return embedding_layer_norm(ids, table, update, self.weight, self.bias, self.eps, to_matmul=self.to_matmul,
+                                    rows=rows)
+
 
 class RMSNorm(torch.nn.RMSNorm):
     """``nn.RMSNorm`` over the last dim (same parameters and state dict) that uses :func:`rms_norm`, optionally
@@ -160,4 +197,4 @@ class RMSNorm(torch.nn.RMSNorm):
         return rms_norm(x, self.weight, self.eps, gate, out_dtype)
 
 
-__all__ = ["layer_norm", "add_layer_norm", "rms_norm", "LayerNorm", "RMSNorm", "BACKENDS"]
+__all__ = ["layer_norm", "add_layer_norm", "embedding_layer_norm", "rms_norm", "LayerNorm", "RMSNorm", "BACKENDS"]

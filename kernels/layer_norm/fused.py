@@ -59,15 +59,20 @@ def _param(P, cols, col_ok, default: tl.constexpr, BLOCK_N: tl.constexpr):
 
 
 @triton.jit
-def _norm_fwd_kernel(X, R, Z, W, B, S, Y, MEAN, RSTD, M, H, N, x_s0, x_s1, r_s0, r_s1, z_s0, z_s1, eps,
+def _norm_fwd_kernel(X, IDS, R, Z, W, B, S, Y, MEAN, RSTD, M, H, N, x_s0, x_s1, r_s0, r_s1, z_s0, z_s1, eps,
                      RMS: tl.constexpr, GATE_FIRST: tl.constexpr, ROWS: tl.constexpr, BLOCK_N: tl.constexpr):
     rows = (tl.program_id(0) * ROWS + tl.arange(0, ROWS)).to(tl.int64)
     cols = tl.arange(0, BLOCK_N)
     row_ok, col_ok = rows < M, cols < N
     mask = row_ok[:, None] & col_ok[None, :]
-    x = tl.load(X + _offsets(rows, cols, H, x_s0, x_s1), mask=mask, other=0.0).to(tl.float32)
-    if R is not None:  # normalize the sum s = x + r, stored in its dtype and normalized as stored
+    if IDS is None:
+        x_offsets = _offsets(rows, cols, H, x_s0, x_s1)
+    else:  # X is a table: row i is its row IDS[i]
+        x_offsets = (tl.load(IDS + rows, mask=row_ok, other=0) * x_s0)[:, None] + cols[None, :]
+    x = tl.load(X + x_offsets, mask=mask, other=0.0).to(tl.float32)
+    if R is not None:  # normalize the sum s = x + r
         x += tl.load(R + _offsets(rows, cols, H, r_s0, r_s1), mask=mask, other=0.0).to(tl.float32)
+    if S is not None:  # s stored in its dtype and normalized as stored
         x = x.to(S.dtype.element_ty)
         tl.store(S + rows[:, None] * N + cols[None, :], x, mask=mask)
         x = x.to(tl.float32)
@@ -171,50 +176,56 @@ def _rows(t: torch.Tensor, H: int) -> torch.Tensor:
 
 
 class _Norm(torch.autograd.Function):
-    """y = norm(x) (times silu(gate)); with an update r, the norm of s = x + r, returning (s, y)."""
+    """y = norm(x) (times silu(gate)); with an update r, the norm of s = x + r, returning (s, y). With ``ids`` x is a
+    table [V, N] and its rows at ids take x's place (s = x[ids] (+ r), returned with y): an embedding gathered by
+    the norm that reads it, its weight gradient summed from the rows' (``embedding.sorted_sum``)."""
 
     @staticmethod
-    def forward(ctx, x, update, weight, bias, gate, eps, rms, out_dtype, return_sum, gate_first, picked_rows):
+    def forward(ctx, x, update, weight, bias, gate, eps, rms, out_dtype, return_sum, gate_first, picked_rows, ids):
         ctx.set_materialize_grads(False)
         N = x.shape[-1]
-        H = x.shape[-2] if x.dim() >= 3 else 1
-        x3 = _rows(x, H)
-        r3 = None if update is None else _rows(update.expand(x.shape), H)  # a broadcast update: stride 0 rows
+        shape = x.shape if ids is None else (*ids.shape, N)
+        H = shape[-2] if len(shape) >= 3 else 1
+        x3 = _rows(x, H) if ids is None else last_dim_contiguous(x)
+        r3 = None if update is None else _rows(update.expand(shape), H)  # a broadcast update: stride 0 rows
         z3 = None if gate is None else _rows(gate, H)
-        M = x3.shape[0] * H
+        M = x3.shape[0] * H if ids is None else ids.numel()
         rows, block_n = _tile(N)
-        y = torch.empty(x.shape, dtype=out_dtype, device=x.device)
-        total = None if update is None else torch.empty(
-            x.shape, dtype=torch.promote_types(x.dtype, update.dtype), device=x.device)
+        y = torch.empty(shape, dtype=out_dtype, device=x.device)
+        total = None if update is None and ids is None else torch.empty(
+            shape, dtype=x.dtype if update is None else torch.promote_types(x.dtype, update.dtype), device=x.device)
         mean = None if rms else torch.empty(M, dtype=torch.float32, device=x.device)
         rstd = torch.empty(M, dtype=torch.float32, device=x.device)
         r_s0, r_s1 = (0, 0) if r3 is None else r3.stride()[:2]
         z_s0, z_s1 = (0, 0) if z3 is None else z3.stride()[:2]
         _norm_fwd_kernel[(max(1, triton.cdiv(M, rows)),)](
-            x3, r3, z3, weight, bias, total, y, mean, rstd, M, H, N, x3.stride(0), x3.stride(1), r_s0, r_s1,
-            z_s0, z_s1, eps, RMS=rms, GATE_FIRST=gate_first, ROWS=rows, BLOCK_N=block_n, num_warps=NUM_WARPS)
-        normed = x3 if total is None else total.view(x3.shape)  # what the backward's xhat comes from
-        ctx.save_for_backward(normed, z3, weight, bias, mean, rstd)
-        ctx.shape, ctx.rms, ctx.gate_first = x.shape, rms, gate_first
+            x3, None if ids is None else ids.reshape(-1), r3, z3, weight, bias, total, y, mean, rstd, M, H, N,
+            x3.stride(0), x3.stride(1) if ids is None else 0, r_s0, r_s1, z_s0, z_s1, eps, RMS=rms,
+            GATE_FIRST=gate_first, ROWS=rows, BLOCK_N=block_n, num_warps=NUM_WARPS)
+        normed = x3 if total is None else total.view(-1, H, N)  # what the backward's xhat comes from
+        ctx.save_for_backward(normed, z3, weight, bias, mean, rstd, ids)
+        ctx.shape, ctx.rms, ctx.gate_first = shape, rms, gate_first
         ctx.dtypes = x.dtype, None if update is None else update.dtype
         ctx.update_shape = None if update is None else update.shape
+        ctx.table_rows = None if ids is None else x.shape[0]
         if picked_rows is None:
             ctx.picked = None
-            return (total, y) if return_sum else y
+            return (total, y) if return_sum or ids is not None else y
         # the picked rows' indices among the [M, N] rows of the sum
-        ctx.picked = (picked_rows + torch.arange(0, M, x.shape[1], device=x.device)[:, None]).flatten()
+        ctx.picked = (picked_rows + torch.arange(0, M, shape[1], device=x.device)[:, None]).flatten()
         return total.view(M, N)[ctx.picked].view(*picked_rows.shape, N), y
 
     @staticmethod
     def backward(ctx, *grads):
         ds, dy = grads if len(grads) == 2 else (None, grads[0])
-        x3, z3, weight, bias, mean, rstd = ctx.saved_tensors
+        x3, z3, weight, bias, mean, rstd, ids = ctx.saved_tensors
         M, H, N = x3.shape[0] * x3.shape[1], x3.shape[1], x3.shape[2]
         if dy is None:  # only the sum was used: its gradient passes through to x and update
             if ctx.picked is not None:
                 ds = ds.new_zeros(M, N).index_copy_(0, ctx.picked, ds.reshape(-1, N)).view(ctx.shape)
             dr = _update_grad(ds.to(ctx.dtypes[1]), ctx.update_shape) if ctx.needs_input_grad[1] else None
-            return ds.to(ctx.dtypes[0]), dr, None, None, None, None, None, None, None, None, None
+            dx = _table_grad(ctx, ds.to(ctx.dtypes[0]), ids)
+            return dx, dr, None, None, None, None, None, None, None, None, None, None
         rows, block_n = _tile(N)
         tiles = max(1, triton.cdiv(M, rows))
         per_program, programs = even_walks(tiles, resident_programs(x3.device))
@@ -246,7 +257,15 @@ class _Norm(torch.autograd.Function):
         db = None if db is None else sums[wanted.index(3)].to(bias.dtype)
         if ctx.needs_input_grad[1]:
             dr = _update_grad(dx if dr is None else dr, ctx.update_shape).to(r_dtype)
-        return dx, dr, dw, db, dz, None, None, None, None, None, None
+        return _table_grad(ctx, dx, ids), dr, dw, db, dz, None, None, None, None, None, None, None
+
+
+def _table_grad(ctx, dx: torch.Tensor, ids: torch.Tensor | None) -> torch.Tensor | None:
+    """x's gradient: dx itself, or where x is a table read at ids, dx's rows summed into the table's rows."""
+    if ids is None or not ctx.needs_input_grad[0]:
+        return dx if ids is None else None
+    from zoo.kernels.embedding.sorted_sum import embedding_backward
+    return embedding_backward(dx, ids, ctx.table_rows, ctx.dtypes[0])
 
 
 def _update_grad(grad: torch.Tensor, shape: torch.Size) -> torch.Tensor:
@@ -268,7 +287,7 @@ def norm_triton(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor
     """RMSNorm (``rms``, no bias) or LayerNorm of x [..., N] over N, times weight [N], plus bias [N], times
     silu(gate) [..., N], or with ``gate_first`` of x * silu(gate); each of weight, bias, gate may be None. Float32
     math; y [..., N] in ``out_dtype``."""
-    return _Norm.apply(x, None, weight, bias, gate, eps, rms, out_dtype, False, gate_first, None)
+    return _Norm.apply(x, None, weight, bias, gate, eps, rms, out_dtype, False, gate_first, None, None)
 
 
 @not_compiled
@@ -280,4 +299,15 @@ def add_norm_triton(x: torch.Tensor, update: torch.Tensor, weight: torch.Tensor 
     pass and writes it twice, for x and for update, in their dtypes. With ``rows`` [B, K] (x [B, L, N]) s is
     returned at those rows of each sequence alone, [B, K, N], and their gradient is added in the same pass, each
     row where it belongs (the rows of a sequence distinct)."""
-    return _Norm.apply(x, update, weight, bias, None, eps, rms, out_dtype, True, False, rows)
+    return _Norm.apply(x, update, weight, bias, None, eps, rms, out_dtype, True, False, rows, None)
+
+
+@not_compiled
+def embed_norm_triton(ids: torch.Tensor, table: torch.Tensor, update: torch.Tensor | None, weight: torch.Tensor | None,
+                      bias: torch.Tensor | None, eps: float, out_dtype: torch.dtype,
+                      rows: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(s, layer_norm(s)) with s = table[ids] (+ update) [..., N] in one pass: a model's embedding gathered by the
+    first block's norm, which writes the stream s and reads no gathered copy of the rows. Backward, the norm's
+    input gradient is summed into the table's rows (``embedding.sorted_sum``: deterministic). ``rows`` as
+    :func:`add_norm_triton`'s."""
+    return _Norm.apply(table, update, weight, bias, None, eps, False, out_dtype, True, False, rows, ids)

@@ -7,7 +7,9 @@ import torch
 import torch.nn.functional as F
 
 from zoo.kernels import backend
-from zoo.kernels.layer_norm import MAX_N, LayerNorm, RMSNorm, add_layer_norm, layer_norm, rms_norm
+from zoo.kernels.embedding import embedding
+from zoo.kernels.layer_norm import (MAX_N, LayerNorm, RMSNorm, add_layer_norm, embedding_layer_norm, layer_norm,
+                                    rms_norm)
 from zoo.kernels.rows import rows_at
 from graph_capture import capture
 
@@ -272,6 +274,71 @@ def test_add_layer_norm_returns_the_sum_at_rows_and_adds_their_gradient_where_th
         add_layer_norm(x, update, weight, bias, rows=rows[0])
 
 
+def gathered_and_apart(name, ids, table, update, weight, bias, rows=None, bf16=False):
+    """Outputs (the stream, or its rows, and the norm) and the gradients of table, update (if any), weight and bias,
+    both for ``embedding_layer_norm`` on backend ``name`` and for the embedding then ``add_layer_norm`` (or
+    ``layer_norm``) on that backend, the same random gradients reaching the stream and the norm."""
+    results = []
+    for gathered in (True, False):
+        leaves = [t.detach().clone().requires_grad_() for t in (table, update, weight, bias) if t is not None]
+        table_, update_ = leaves[0], None if update is None else leaves[1]
+        weight_, bias_ = leaves[-2:]
+        with torch.autocast(table.device.type, dtype=torch.bfloat16, enabled=bf16):
+            if gathered:
+                total, y = embedding_layer_norm(ids, table_, update_, weight_, bias_, backend=name, rows=rows)
+            else:
+                x = embedding(ids, table_, backend="naive")
+                if update is None:
+                    total, y = x, layer_norm(x, weight_, bias_, backend=name)
+                else:
+                    total, y = add_layer_norm(x, update_, weight_, bias_, backend=name)
+                total = total if rows is None else rows_at(total, rows)
+        assert backend.last_backend("layer_norm") == name
+        torch.manual_seed(1)
+        grads = torch.autograd.grad((total, y), leaves, (torch.randn_like(total), torch.randn_like(y)))
+        results.append((total, y, *grads))
+    return results
+
+
+@pytest.mark.parametrize("name", ["naive", "triton"])
+@pytest.mark.parametrize("update_shape", [None, (10, 16), (3, 10, 16)])
+@pytest.mark.parametrize("picked", [False, True])
+def test_embedding_layer_norm_is_the_embedding_then_the_norm(name, update_shape, picked):
+    """The rows gathered by the norm: the stream (or its rows), the norm and the gradients of every leaf as the
+    embedding and the norm apart, ids repeated (the table's gradient sums their rows, by the embedding's own sum
+    on both sides, so bit for bit), with learned positions, a full update or none."""
+    torch.manual_seed(0)
+    ids = torch.randint(0, 7, (3, 10))
+    table, weight, bias = torch.randn(7, 16), torch.randn(16), torch.randn(16)
+    update = None if update_shape is None else torch.randn(*update_shape)
+    rows = torch.tensor([[9, 0, 4, 5], [1, 2, 3, 7], [8, 6, 0, 2]]) if picked else None
+    gathered, apart = gathered_and_apart(name, ids, table, update, weight, bias, rows)
+    for i, (a, r) in enumerate(zip(gathered, apart)):
+        assert a.shape == r.shape and a.dtype == r.dtype
+        broadcast_sum = update_shape == (10, 16) and i == 3  # the positions' gradient summed over sequences
+        torch.testing.assert_close(a, r, rtol=1e-6 if broadcast_sum else 0, atol=1e-6 if broadcast_sum else 0)
+
+
+def test_embedding_layer_norm_under_autocast_and_bad_shapes():
+    """bf16 autocast: the stream in float32, the norm in float32 (``to_matmul``: bf16), the table's gradient float32;
+    the shapes checked before anything runs."""
+    torch.manual_seed(0)
+    ids, table, positions = torch.randint(0, 9, (2, 12)), torch.randn(9, 32), torch.randn(12, 32)
+    weight, bias = torch.randn(32), torch.randn(32)
+    gathered, apart = gathered_and_apart("triton", ids, table, positions, weight, bias, bf16=True)
+    assert [t.dtype for t in gathered] == [torch.float32] * 6
+    for a, r in zip(gathered, apart):
+        torch.testing.assert_close(a, r, rtol=1e-6, atol=1e-6)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert embedding_layer_norm(ids, table, positions, weight, bias, to_matmul=True)[1].dtype == torch.bfloat16
+    with pytest.raises(ValueError, match=r"table \(9, 32\) and update \(11, 32\) are not valid for ids \(2, 12\)"):
+        embedding_layer_norm(ids, table, positions[:11], weight, bias)
+    with pytest.raises(ValueError, match=r"table \(288,\) and update None are not valid"):
+        embedding_layer_norm(ids, table.flatten(), None, weight, bias)
+    with pytest.raises(ValueError, match=r"rows.shape=\(4,\) is not valid: expected \[B, K\] rows of ids"):
+        embedding_layer_norm(ids, table, positions, weight, bias, backend="triton", rows=torch.arange(4))
+
+
 def gpu_inputs(*shape, dtype=torch.float32):
     return torch.randn(*shape, device=DEVICE, dtype=dtype, requires_grad=True)
 
@@ -445,6 +512,36 @@ def test_gpu_add_layer_norm_at_the_labelled_rows_adds_their_gradient_where_they_
         assert a.dtype == r.dtype
         assert_close_overall(a, r, 1e-6 if a.dtype == torch.float32 else 1e-3)
     assert_add_norm_replays_in_a_graph(x, update, weight, bias, rows=rows)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("picked", [False, True])
+def test_gpu_embedding_layer_norm_matches_the_embedding_then_the_norm(picked):
+    """MQAR's first norm at the figure-2 cell: ids [256, 256] into an [8192, 128] table, learned positions, bf16
+    autocast, the Triton path recorded, against the embedding (PyTorch's gather) and the fused add and norm apart;
+    and in a CUDA graph, bit for bit with an eager call on new ids."""
+    torch.manual_seed(0)
+    ids = torch.randint(0, 8192, (256, 256), device=DEVICE)
+    table, positions = torch.randn(8192, 128, device=DEVICE), torch.randn(256, 128, device=DEVICE)
+    weight, bias = torch.randn(128, device=DEVICE), torch.randn(128, device=DEVICE)
+    rows = torch.rand(256, 256, device=DEVICE).argsort(1)[:, :16] if picked else None
+    gathered, apart = gathered_and_apart("triton", ids, table, positions, weight, bias, rows, bf16=True)
+    for a, r in zip(gathered, apart):
+        assert a.shape == r.shape and a.dtype == r.dtype
+        assert_close_overall(a, r, 1e-6)
+    leaves = [t.clone().requires_grad_() for t in (table, positions, weight, bias)]
+    fresh = ids.clone()
+
+    def step():
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            total, y = embedding_layer_norm(fresh, *leaves, rows=rows)
+        return (y, *torch.autograd.grad((total.square().sum() + y.square().sum()), leaves))
+
+    graph, captured = capture(step, warmups=3)
+    fresh.copy_(torch.randint_like(ids, 0, 8192))
+    graph.replay()
+    for a, b in zip(captured, step()):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
 
 
 @pytest.mark.gpu
