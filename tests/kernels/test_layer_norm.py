@@ -160,19 +160,24 @@ def add_then_norm(x, update, weight, bias, backend):
     return total, layer_norm(total, weight, bias, 1e-5, backend=backend)
 
 
+def outputs_and_grads(fn, tensors, name, bf16):
+    """(the sum, the norm) of ``fn(*leaves)`` on norm backend ``name`` and the gradients of the leaves (copies of
+    ``tensors``; a None stays None and has none) for one seeded random gradient reaching each output."""
+    leaves = [None if t is None else t.detach().clone().requires_grad_() for t in tensors]
+    with torch.autocast(tensors[-1].device.type, dtype=torch.bfloat16, enabled=bf16):
+        total, y = fn(*leaves)
+    assert backend.last_backend("layer_norm") == name
+    torch.manual_seed(1)
+    grads = torch.autograd.grad((total, y), [t for t in leaves if t is not None],
+                                (torch.randn_like(total), torch.randn_like(y)))
+    return total, y, *grads
+
+
 def fused_and_apart(backend_name, x, update, weight, bias, bf16=False):
     """Outputs (the sum, the norm) and the gradients of x, update, weight, bias, both for ``add_layer_norm`` and for
     :func:`add_then_norm`, the same random gradient reaching the sum (its later uses) and the norm."""
-    results = []
-    for fn in (lambda *a, backend: add_layer_norm(*a, backend=backend), add_then_norm):
-        leaves = [t.detach().clone().requires_grad_() for t in (x, update, weight, bias)]
-        with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=bf16):
-            total, y = fn(*leaves, backend=backend_name)
-        assert backend.last_backend("layer_norm") == backend_name
-        torch.manual_seed(1)
-        grads = torch.autograd.grad((total, y), leaves, (torch.randn_like(total), torch.randn_like(y)))
-        results.append((total, y, *grads))
-    return results
+    return [outputs_and_grads(lambda *leaves: fn(*leaves, backend=backend_name), (x, update, weight, bias),
+                              backend_name, bf16) for fn in (add_layer_norm, add_then_norm)]
 
 
 @pytest.mark.parametrize("name", ["naive", "triton"])
@@ -278,26 +283,18 @@ def gathered_and_apart(name, ids, table, update, weight, bias, rows=None, bf16=F
     """Outputs (the stream, or its rows, and the norm) and the gradients of table, update (if any), weight and bias,
     both for ``embedding_layer_norm`` on backend ``name`` and for the embedding then ``add_layer_norm`` (or
     ``layer_norm``) on that backend, the same random gradients reaching the stream and the norm."""
-    results = []
-    for gathered in (True, False):
-        leaves = [t.detach().clone().requires_grad_() for t in (table, update, weight, bias) if t is not None]
-        table_, update_ = leaves[0], None if update is None else leaves[1]
-        weight_, bias_ = leaves[-2:]
-        with torch.autocast(table.device.type, dtype=torch.bfloat16, enabled=bf16):
-            if gathered:
-                total, y = embedding_layer_norm(ids, table_, update_, weight_, bias_, backend=name, rows=rows)
-            else:
-                x = embedding(ids, table_, backend="naive")
-                if update is None:
-                    total, y = x, layer_norm(x, weight_, bias_, backend=name)
-                else:
-                    total, y = add_layer_norm(x, update_, weight_, bias_, backend=name)
-                total = total if rows is None else rows_at(total, rows)
-        assert backend.last_backend("layer_norm") == name
-        torch.manual_seed(1)
-        grads = torch.autograd.grad((total, y), leaves, (torch.randn_like(total), torch.randn_like(y)))
-        results.append((total, y, *grads))
-    return results
+    def gathered(*leaves):
+        return embedding_layer_norm(ids, *leaves, backend=name, rows=rows)
+
+    def apart(table_, update_, weight_, bias_):
+        x = embedding(ids, table_, backend="naive")
+        if update_ is None:
+            total, y = x, layer_norm(x, weight_, bias_, backend=name)
+        else:
+            total, y = add_layer_norm(x, update_, weight_, bias_, backend=name)
+        return (total if rows is None else rows_at(total, rows)), y
+
+    return [outputs_and_grads(fn, (table, update, weight, bias), name, bf16) for fn in (gathered, apart)]
 
 
 @pytest.mark.parametrize("name", ["naive", "triton"])
