@@ -22,6 +22,8 @@ import torch
 
 from zoo.kernels import backend as kernel_backend
 from zoo.kernels.cross_entropy import cross_entropy
+from zoo.kernels.layer_norm import embedding_layer_norm
+from zoo.kernels.linear.streaming import project_triton
 from zoo.kernels.rwkv7 import rwkv7
 from zoo.mixers.registry import get_mixer, list_mixers
 from zoo.model import LanguageModel
@@ -139,6 +141,20 @@ def test_every_launched_triton_kernel_compiles_for_sm90(monkeypatch):
         r, k, v, a, b = (torch.randn(1, 5, 1, 4).to(dtype).requires_grad_() for _ in range(5))
         w = (-torch.rand(1, 5, 1, 4)).requires_grad_()
         rwkv7(r, w, k, v, a, b, backend="triton").sum().backward()
+    # the projections' streaming forward, which runs for 16-bit CUDA tensors alone (the model above ran in float32
+    # or on a CPU): bf16 and fp16, with and without a bias
+    for dtype in (torch.bfloat16, torch.float16):
+        x, weight = torch.randn(70, 24).to(dtype), torch.randn(40, 24).to(dtype)
+        for bias in (None, torch.randn(40).to(dtype)):
+            project_triton(x, weight, bias)
+    # the first norm gathering the embedding's rows, which a model without embedding dropout (or in eval) runs:
+    # with learned positions and without, float32 and under bf16 autocast
+    table, positions, gain, shift = (torch.randn(*s).requires_grad_() for s in ((16, 64), (16, 64), (64,), (64,)))
+    for update in (positions, None):
+        for bf16 in (False, True):
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+                total, y = embedding_layer_norm(ids, table, update, gain, shift, backend="triton")
+            (total.sum() + y.float().sum()).backward()
     assert {s["module"] for s in specs} == kernel_modules()  # every kernel module ran (a new one needs a driver)
     unique = list({json.dumps(s, sort_keys=True): s for s in specs}.values())
     done = subprocess.run([sys.executable, "-c", COMPILE], input=json.dumps(unique), capture_output=True, text=True,

@@ -147,7 +147,7 @@ def test_gpu_forward_and_bias_gradient_replay_in_a_cuda_graph():
 def test_streaming_projection_matches_float64(M, K, N, bias):
     """The Triton forward (interpreted; float32): row blocks walked by two programs or one per column block, ragged
     edges in every dimension, x's rows strided (a column slice of a wider tensor)."""
-    from zoo.kernels.linear.forward import project_triton
+    from zoo.kernels.linear.streaming import project_triton
 
     g = torch.Generator().manual_seed(M)
     wide = torch.randn(M, K + 5, generator=g)
@@ -162,7 +162,8 @@ def test_streaming_projection_matches_float64(M, K, N, bias):
 
 
 def test_streaming_projection_conditions_and_a_too_long_reduction():
-    from zoo.kernels.linear.forward import MAX_K, project, project_triton, streams
+    from zoo.kernels.linear.forward import MAX_K, project, streams
+    from zoo.kernels.linear.streaming import project_triton
 
     x, w = torch.randn(8, 4), torch.randn(3, 4)
     assert not streams(x, w) and not streams(x.bfloat16(), w.bfloat16())  # a CPU tensor: F.linear
