@@ -132,6 +132,7 @@ def embedding_layer_norm(ids: torch.Tensor, table: torch.Tensor, update: torch.T
                          f"{tuple(ids.shape)}")
     dtype = table.dtype if update is None else torch.promote_types(table.dtype, update.dtype)
     from zoo.kernels.layer_norm.fused import embed_norm_triton
+    record("embedding", "triton")  # the rows gathered here, their gradient summed by the embedding's Triton backward
     return embed_norm_triton(ids, table, update, weight, bias, eps, _autocast_out(table, dtype, to_matmul), rows)
 
 

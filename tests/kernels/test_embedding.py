@@ -1,13 +1,14 @@
 """The sorted-sum embedding backward against F.embedding's: values, run-to-run bit equality, backend choice."""
-import functools
 
 import pytest
 import torch
 import torch.nn.functional as F
 
+import zoo.kernels.layer_norm as layer_norm_module
 from zoo.kernels import backend
 from zoo.kernels.embedding import Embedding, embedding
 from zoo.kernels.embedding.sorted_sum import embedding_backward, occurrences, sort_key
+from zoo.kernels.layer_norm import add_layer_norm
 from graph_capture import capture
 
 V = 50
@@ -162,10 +163,14 @@ def test_gpu_model_step_runs_the_triton_backward(monkeypatch):
         return model.embed.weight.grad.clone()
 
     backend.clear()
-    got = embed_grad()
-    assert backend.last_backend("embedding") == "triton"
+    got = embed_grad()  # the first norm gathers the rows (embedding_layer_norm) and sums their gradient here
+    assert backend.last_backend("embedding") == backend.last_backend("layer_norm") == "triton"
     assert torch.equal(got, embed_grad())
-    monkeypatch.setattr(model.embed, "forward", functools.partial(torch.nn.Embedding.forward, model.embed))
+
+    def pytorch_gather(ids, table, update, weight, bias, eps, to_matmul=False, rows=None):  # its gather and backward
+        return add_layer_norm(F.embedding(ids, table), update, weight, bias, eps, to_matmul=to_matmul, rows=rows)
+
+    monkeypatch.setattr(layer_norm_module, "embedding_layer_norm", pytorch_gather)
     torch.testing.assert_close(got, embed_grad(), rtol=1e-4, atol=1e-6)
 
 
