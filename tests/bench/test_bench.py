@@ -262,3 +262,13 @@ def test_profile_ranks_aten_ops_by_their_own_gpu_time_with_their_shapes():
                 op("aten::copy_", 1e5, 10, [[2], [2]])]
     assert top_ops(averages, 2, steps=10) == [("aten::mm", 0.5, 1.0, "[[4, 8], [8, 2]]"),
                                               ("aten::copy_", 0.3, 2.0, "[[4, 8], [4, 8]]")]
+
+
+def test_a_failed_timing_row_says_why():
+    """A timed run that did not complete shows the last line of its error in its row (the zoology section's compile
+    row once said only "failed"); a completed one, its status."""
+    error = "Traceback (most recent call last):\n  File ...\nBackendCompilerFailed: backend='inductor' raised: X\n\n"
+    assert bench._status({"status": "failed", "error": error}) == ("failed: BackendCompilerFailed: backend='inductor' "
+                                                                   "raised: X")
+    assert bench._status({"status": "failed", "error": None}) == "failed"
+    assert bench._status({"status": "completed", "error": None, "epoch_s": 1.0}) == "completed"

@@ -40,6 +40,12 @@ def _table(title: str, header: list[str], rows: list[list]) -> str:
     return "\n".join(lines)
 
 
+def _status(record: dict) -> str:
+    """A timed run's status, and for one that did not complete the last line of its error: why its row is empty."""
+    lines = [line.strip() for line in (record.get("error") or "").splitlines() if line.strip()]
+    return record["status"] if record["status"] == "completed" or not lines else f"{record['status']}: {lines[-1][:120]}"
+
+
 def _chosen(parser: argparse.ArgumentParser, flag: str, asked: list[int] | None, values) -> list[int]:
     """The sweep's ``values`` that ``asked`` picks (all of them when None), sorted; a value the sweep lacks is an
     error naming the flag, the value and the allowed ones (exit 2)."""
@@ -126,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         rows = [[name, r["data_s"], r["epoch_s"], peer["epoch_s"] / r["epoch_s"], peer["data_s"] / r["data_s"],
                  " ".join(map(str, r["accuracy"]))]
                 for name, r in results.items() if r.get("status") == "completed"]
-        rows += [[name, "-", "-", "-", "-", r.get("status")] for name, r in results.items()
+        rows += [[name, "-", "-", "-", "-", _status(r)] for name, r in results.items()
                  if r.get("status") != "completed"]
         print(_table(f"MQAR N={ref_n} kv={base.task.params.num_kv_pairs} d={ref_d} batch {base.train.batch_size}, "
                      "attention, one process (x = Zoology's time / this row's)",
@@ -142,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
                 epoch_s[(mixer, n)] = one.get("epoch_s", float("nan"))
                 group_s[(mixer, n)] = group.get("epoch_s", float("nan"))
                 rows.append([mixer, n, one.get("data_s", float("nan")), epoch_s[(mixer, n)], group_s[(mixer, n)],
-                             group_s[(mixer, n)] / epoch_s[(mixer, n)], one["status"]])
+                             group_s[(mixer, n)] / epoch_s[(mixer, n)], _status(one)])
                 print("  " + "  ".join(map(str, rows[-1])), flush=True)
         for n in lengths:
             for d in widths:
