@@ -2,10 +2,12 @@
 
 Why: PyTorch computes a projection's bias gradient as a sum of the output gradient over all B * L rows, and on
 the tall, narrow gradients of small models (65536 x 384 bf16 at MQAR's figure-2 cell) its reduction ran at a
-sixth of an H100's memory speed. ``fused.py`` keeps ``F.linear``'s forward and matmul gradients and sums the
-bias gradient in one Triton kernel (``column_sum``), in a fixed order, in float32. Under 16-bit autocast on a
-GPU the weight gradient comes out of its matmul in the float32 weight's dtype (``grads.py``), where autocast
-rounds it to bf16 and casts it back in a kernel of its own.
+sixth of an H100's memory speed. ``fused.py`` keeps ``F.linear``'s matmul gradients and sums the bias gradient
+in one Triton kernel (``column_sum``), in a fixed order, in float32. Under 16-bit autocast on a GPU the weight
+gradient comes out of its matmul in the float32 weight's dtype (``grads.py``), where autocast rounds it to bf16
+and casts it back in a kernel of its own. The forward of tall, narrow 16-bit inputs on a GPU (K at most 128) is
+a streaming Triton matmul (``streaming.py``, chosen by ``forward.project``; cuBLAS ran such projections at half
+the memory's speed), anything else ``F.linear``'s.
 
 ``linear(x, weight, bias, backend="auto")``: ``"triton"`` (``fused.py``), ``"naive"`` (``naive.py``:
 ``F.linear``) or ``"auto"`` (Triton for CUDA tensors, else the reference). ``bias`` may be None.
