@@ -27,7 +27,10 @@ import triton
 import triton.language as tl
 
 from zoo.kernels.layout import last_dim_contiguous, resident_programs
-from zoo.kernels.linear.forward import MAX_K  # the whole reduction in one block: one weight tile a program
+
+# The whole reduction in one block: at K = 256 a program's weight tile and three stages of x blocks take 160 KB of
+# shared memory, at 512 more than an H100 has. (Which K take this kernel is ``forward.MAX_K``'s choice, by speed.)
+LARGEST_K = 256
 
 BLOCK_M = 64
 PROGRAMS_PER_SM = 2  # each holds three stages of x blocks and its weight tile: 80 KB of shared memory at K=128
@@ -65,10 +68,10 @@ def launch(N: int) -> tuple[int, int, int]:
 
 def project_triton(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     """x [..., K] @ weight [N, K]^T + bias [N] (or None) by the Triton kernel, any device (the interpreter on a CPU);
-    x, weight and bias of one dtype, K at most ``MAX_K``."""
+    x, weight and bias of one dtype, K at most ``LARGEST_K``."""
     N, K = weight.shape
-    if K > MAX_K:
-        raise ValueError(f"project_triton: K={K} is not valid: expected at most {MAX_K}")
+    if K > LARGEST_K:
+        raise ValueError(f"project_triton: K={K} is not valid: expected at most {LARGEST_K}")
     x2 = last_dim_contiguous(x.reshape(-1, K))
     weight = last_dim_contiguous(weight)
     M = x2.shape[0]

@@ -143,7 +143,7 @@ def test_gpu_forward_and_bias_gradient_replay_in_a_cuda_graph():
 
 
 @pytest.mark.parametrize("M,K,N,bias", [(300, 16, 24, True), (257, 64, 40, False), (1000, 100, 130, True),
-                                        (129, 128, 300, True)])
+                                        (129, 128, 300, True), (100, 200, 50, False)])
 def test_streaming_projection_matches_float64(M, K, N, bias):
     """The Triton forward (interpreted; float32): row blocks walked by two programs or one per column block, ragged
     edges in every dimension, x's rows strided (a column slice of a wider tensor)."""
@@ -162,15 +162,15 @@ def test_streaming_projection_matches_float64(M, K, N, bias):
 
 
 def test_streaming_projection_conditions_and_a_too_long_reduction():
-    from zoo.kernels.linear.forward import MAX_K, project, streams
-    from zoo.kernels.linear.streaming import project_triton
+    from zoo.kernels.linear.forward import project, streams
+    from zoo.kernels.linear.streaming import LARGEST_K, project_triton
 
     x, w = torch.randn(8, 4), torch.randn(3, 4)
     assert not streams(x, w) and not streams(x.bfloat16(), w.bfloat16())  # a CPU tensor: F.linear
     torch.testing.assert_close(project(x, w, None), F.linear(x, w))
     assert backend.last_backend("projection") == "torch"
-    with pytest.raises(ValueError, match=f"K={MAX_K + 1} is not valid: expected at most {MAX_K}"):
-        project_triton(torch.randn(2, MAX_K + 1), torch.randn(3, MAX_K + 1), None)
+    with pytest.raises(ValueError, match=f"K={LARGEST_K + 1} is not valid: expected at most {LARGEST_K}"):
+        project_triton(torch.randn(2, LARGEST_K + 1), torch.randn(3, LARGEST_K + 1), None)
 
 
 @pytest.mark.gpu
