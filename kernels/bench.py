@@ -19,9 +19,10 @@ fla's fused one, the tied head and that loss as one op against the two apart, th
 the residual add fused into it against PyTorch's, causal softmax attention past the fused kernels' head dims (the
 dense form) against SDPA, a biased projection (its forward a streaming Triton matmul, its bias gradient a Triton
 column sum) against ``F.linear``, attention's q, k, v projection with its parts' gradients packed in one pass against
-the projection viewed and unbound, and three timed from a CUDA graph of many calls as in a training step: RWKV-7's projections of its
-token-shift mixes folded into one matmul against the mixes made first, the embedding's weight gradient against
-PyTorch's, and the column sums' last step (``sum_rows`` of the per-program partial sums) against PyTorch's ``sum``.
+the projection viewed and unbound, and three timed from a CUDA graph of many calls as in a training step: RWKV-7's
+projections of its token-shift mixes folded into one matmul against the mixes made first, the embedding's weight
+gradient against PyTorch's, and the column sums' last step (``sum_rows`` of the per-program partial sums) against
+PyTorch's ``sum``.
 
     python -m zoo.kernels.bench --shapes 1,16,65536,64,512 256,2,512,64,256 --attention-blocks 256,2,512,64,256 \
         --dtype bf16 --recurrences 128,128,2,64 --rwkv7 256,256,2,64 128,512,2,64 --rwkv7-kernels 256,256,2,64 \

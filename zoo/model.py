@@ -242,7 +242,7 @@ class LanguageModel(nn.Module):
         if self.embed_dropout and self.training:  # the rows, their positions and dropout: one pass each way on a GPU
             x = embedding_dropout(input_ids, self.embed.weight, pos, self.embed_dropout)
         else:  # the first block's norm gathers the rows and adds the positions to every sequence (one pass each way;
-            x, table, update = input_ids, self.embed.weight, pos  # the positions' gradient a column sum of the stream's)
+            x, table, update = input_ids, self.embed.weight, pos  # their gradient a column sum of the stream's)
         layer_state: dict = {}
         last = len(self.blocks) - 1
         for i, block in enumerate(self.blocks):

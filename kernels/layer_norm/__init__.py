@@ -115,21 +115,22 @@ def embedding_layer_norm(ids: torch.Tensor, table: torch.Tensor, update: torch.T
     embedding ``zoo.kernels.embedding.embedding(ids, table)``, ids [...] (int64, each in [0, V)), table [V, N]. The
     Triton path gathers the rows inside the norm's one pass (no [..., N] copy of them written and read back: 64 MB
     of float32 traffic a step at MQAR's figure-2 cell, where softmax's epoch went from 0.491 to 0.471 s on an H100
-    80GB) and sums the input gradient into the table's rows with the embedding's deterministic backward. ``rows`` as :func:`add_layer_norm`'s (ids then [B, L])."""
+    80GB) and sums the input gradient into the table's rows with the embedding's deterministic backward. ``rows`` as
+    :func:`add_layer_norm`'s (ids then [B, L])."""
     if table.dim() != 2 or (update is not None and (update.dim() > ids.dim() + 1 or update.shape
                                                     != (*ids.shape, table.shape[1])[ids.dim() + 1 - update.dim():])):
         raise ValueError(f"embedding_layer_norm: table {tuple(table.shape)} and update "
                          f"{None if update is None else tuple(update.shape)} are not valid for ids {tuple(ids.shape)}: "
                          f"expected a table [V, N] and an update of [*ids.shape, N]'s trailing dims or None")
+    if rows is not None and (ids.dim() != 2 or rows.dim() != 2 or rows.shape[0] != ids.shape[0]):
+        raise ValueError(f"rows.shape={tuple(rows.shape)} is not valid: expected [B, K] rows of ids [B, L], "
+                         f"{tuple(ids.shape)}")
     if not _use_triton("layer_norm", backend, table):
         x = embedding(ids, table, backend=NAIVE if backend == NAIVE else "auto")
         if update is None:
             y = layer_norm(x, weight, bias, eps, NAIVE, to_matmul)
             return (x if rows is None else rows_at(x, rows)), y
         return add_layer_norm(x, update, weight, bias, eps, NAIVE, to_matmul, rows)
-    if rows is not None and (ids.dim() != 2 or rows.dim() != 2 or rows.shape[0] != ids.shape[0]):
-        raise ValueError(f"rows.shape={tuple(rows.shape)} is not valid: expected [B, K] rows of ids [B, L], "
-                         f"{tuple(ids.shape)}")
     dtype = table.dtype if update is None else torch.promote_types(table.dtype, update.dtype)
     from zoo.kernels.layer_norm.fused import embed_norm_triton
     record("embedding", "triton")  # the rows gathered here, their gradient summed by the embedding's Triton backward

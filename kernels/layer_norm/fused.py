@@ -262,8 +262,10 @@ class _Norm(torch.autograd.Function):
 
 def _table_grad(ctx, dx: torch.Tensor, ids: torch.Tensor | None) -> torch.Tensor | None:
     """x's gradient: dx itself, or where x is a table read at ids, dx's rows summed into the table's rows."""
-    if ids is None or not ctx.needs_input_grad[0]:
-        return dx if ids is None else None
+    if ids is None:
+        return dx
+    if not ctx.needs_input_grad[0]:
+        return None
     from zoo.kernels.embedding.sorted_sum import embedding_backward
     return embedding_backward(dx, ids, ctx.table_rows, ctx.dtypes[0])
 

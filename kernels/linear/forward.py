@@ -15,11 +15,11 @@ import torch
 import torch.nn.functional as F
 
 from zoo.kernels.backend import record
+from zoo.kernels.linear.grads import SIXTEEN_BIT
 
 MAX_K = 128  # longer reductions: cuBLAS (as fast or faster at K=256 on an H100)
 MAX_N = 1024  # wider outputs: cuBLAS
 MIN_ROWS = 4096  # fewer rows: a launch of a few programs, which cuBLAS's kernels serve as well
-SIXTEEN_BIT = (torch.bfloat16, torch.float16)
 
 
 def streams(x: torch.Tensor, weight: torch.Tensor) -> bool:

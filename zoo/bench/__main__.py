@@ -42,8 +42,9 @@ def _table(title: str, header: list[str], rows: list[list]) -> str:
 
 def _status(record: dict) -> str:
     """A timed run's status, and for one that did not complete the last line of its error: why its row is empty."""
+    status = record["status"]
     lines = [line.strip() for line in (record.get("error") or "").splitlines() if line.strip()]
-    return record["status"] if record["status"] == "completed" or not lines else f"{record['status']}: {lines[-1][:120]}"
+    return status if status == "completed" or not lines else f"{status}: {lines[-1][:120]}"
 
 
 def _chosen(parser: argparse.ArgumentParser, flag: str, asked: list[int] | None, values) -> list[int]:
