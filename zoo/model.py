@@ -11,7 +11,7 @@ import math
 import torch
 from torch import nn
 
-from zoo.kernels.embedding import Embedding, embedding_dropout
+from zoo.kernels.embedding import Embedding
 from zoo.kernels.layer_norm import LayerNorm
 from zoo.kernels.linear import linear
 from zoo.kernels.linear_cross_entropy import linear_cross_entropy
@@ -62,7 +62,8 @@ class Block(nn.Module):
     left out reach no loss); only attention dropout draws other random numbers. The positions of a sequence are
     distinct (``zoo.data`` pads them with distinct unlabelled rows): on a GPU a repeated one's gradients would not
     add up. The first block may take token ids (B, L) for x and the embedding table as ``table``: norm1 then gathers
-    the stream's rows itself (``LayerNorm.after_embedding``: no gathered copy written and read back).
+    the stream's rows itself and applies ``embed_dropout`` to them (``LayerNorm.after_embedding``: no gathered copy
+    written and read back).
     """
 
     def __init__(self, d_model: int, mixer: nn.Module, state_mixer: str):
@@ -77,9 +78,9 @@ class Block(nn.Module):
 
     def forward(self, x: torch.Tensor, update: torch.Tensor | None, layer_state: dict,
                 positions: torch.Tensor | None = None,
-                table: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        if table is not None:  # x holds token ids: the stream is table[x] (+ update), gathered by norm1
-            x, h = self.norm1.after_embedding(x, table, update, rows=positions)
+                table: torch.Tensor | None = None, embed_dropout: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
+        if table is not None:  # x holds token ids: the stream is dropout(table[x] (+ update)), gathered by norm1
+            x, h = self.norm1.after_embedding(x, table, update, rows=positions, dropout=embed_dropout)
         elif update is None:
             x, h = (x if positions is None else rows_at(x, positions)), self.norm1(x)
         else:  # with positions, the norm returns the stream at those rows alone (its gradient comes back as rows)
@@ -237,16 +238,16 @@ class LanguageModel(nn.Module):
         if L > self.max_seq_len:
             raise ValueError(f"sequence length {L} exceeds max_seq_len={self.max_seq_len}")
         pos = None if self.pos_embed is None else self.pos_embed.weight[:L]
-        update = None  # what the next norm adds to x first: the positions, then each block's output
-        table = None  # the embedding, when the first block's norm gathers its rows
-        if self.embed_dropout and self.training:  # the rows, their positions and dropout: one pass each way on a GPU
-            x = embedding_dropout(input_ids, self.embed.weight, pos, self.embed_dropout)
-        else:  # the first block's norm gathers the rows and adds the positions to every sequence (one pass each way;
-            x, table, update = input_ids, self.embed.weight, pos  # their gradient a column sum of the stream's)
+        # The first block's norm gathers the rows, adds the positions to every sequence (their gradient a column sum
+        # of the stream's) and applies the embedding dropout: one pass each way. ``update`` is what the next norm
+        # adds to x first: the positions, then each block's output.
+        x, table, update = input_ids, self.embed.weight, pos
+        dropout = self.embed_dropout if self.training else 0.0
         layer_state: dict = {}
         last = len(self.blocks) - 1
         for i, block in enumerate(self.blocks):
-            x, update = block(x, update, layer_state, positions if i == last else None, table if i == 0 else None)
+            x, update = block(x, update, layer_state, positions if i == last else None, table if i == 0 else None,
+                              dropout)
         return self.norm(x) if update is None else self.norm.after_add(x, update)[1]
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:

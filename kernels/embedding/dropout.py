@@ -32,7 +32,7 @@ NUM_WARPS = 8
 
 
 @triton.jit
-def _kept(SEED, rows, cols, D, p):
+def kept_by_dropout(SEED, rows, cols, D, p):
     """Whether dropout keeps each element of the [ROWS, BLOCK_D] tile: a uniform draw of the element's flat index
     with the saved seed, at least p."""
     return tl.rand(tl.load(SEED), (rows[:, None] * D + cols[None, :]).to(tl.int32)) >= p
@@ -48,7 +48,7 @@ def _embedding_dropout_fwd_kernel(IDS, W, POS, SEED, OUT, M, L, D, p, scale, ROW
     x = tl.load(W + ids[:, None] * D + cols[None, :], mask=mask, other=0.0).to(tl.float32)
     if POS is not None:
         x += tl.load(POS + (rows % L)[:, None] * D + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-    x = tl.where(_kept(SEED, rows, cols, D, p), x * scale, 0.0)
+    x = tl.where(kept_by_dropout(SEED, rows, cols, D, p), x * scale, 0.0)
     tl.store(OUT + rows[:, None] * D + cols[None, :], x.to(OUT.dtype.element_ty), mask=mask)
 
 
@@ -58,7 +58,7 @@ def _embedding_dropout_bwd_kernel(DY, SEED, DX, M, D, p, scale, ROWS: tl.constex
     cols = tl.arange(0, BLOCK_D)
     mask = (rows < M)[:, None] & (cols < D)[None, :]
     dy = tl.load(DY + rows[:, None] * D + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-    dx = tl.where(_kept(SEED, rows, cols, D, p), dy * scale, 0.0)
+    dx = tl.where(kept_by_dropout(SEED, rows, cols, D, p), dy * scale, 0.0)
     tl.store(DX + rows[:, None] * D + cols[None, :], dx.to(DX.dtype.element_ty), mask=mask)
 
 

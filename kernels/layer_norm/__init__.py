@@ -29,7 +29,7 @@ import torch
 
 from zoo.kernels.autocast import matmul_dtype
 from zoo.kernels.backend import NAIVE, check_backend, named_or_gpu, record
-from zoo.kernels.embedding import embedding
+from zoo.kernels.embedding import embedding, embedding_dropout
 from zoo.kernels.layer_norm.naive import layer_norm_naive, rms_norm_naive
 from zoo.kernels.rows import rows_at
 
@@ -109,14 +109,19 @@ def add_layer_norm(x: torch.Tensor, update: torch.Tensor, weight: torch.Tensor |
 
 def embedding_layer_norm(ids: torch.Tensor, table: torch.Tensor, update: torch.Tensor | None,
                          weight: torch.Tensor | None, bias: torch.Tensor | None, eps: float = 1e-5,
-                         backend: str = "auto", to_matmul: bool = False,
-                         rows: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                         backend: str = "auto", to_matmul: bool = False, rows: torch.Tensor | None = None,
+                         dropout: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
     """(s, layer_norm(s)) with s = table[ids] + update (update None: table[ids]): :func:`add_layer_norm` of the
     embedding ``zoo.kernels.embedding.embedding(ids, table)``, ids [...] (int64, each in [0, V)), table [V, N]. The
     Triton path gathers the rows inside the norm's one pass (no [..., N] copy of them written and read back: 64 MB
     of float32 traffic a step at MQAR's figure-2 cell, where softmax's epoch went from 0.491 to 0.471 s on an H100
     80GB) and sums the input gradient into the table's rows with the embedding's deterministic backward. ``rows`` as
-    :func:`add_layer_norm`'s (ids then [B, L])."""
+    :func:`add_layer_norm`'s (ids then [B, L]).
+
+    ``dropout`` p > 0 (a model's embedding dropout, in training): s = dropout(table[ids] + update), ids [B, L] and
+    update [L, N] (learned positions) or None, as ``zoo.kernels.embedding.embedding_dropout`` computes it (the same
+    mask for the same seed), inside the norm's pass on the Triton path: no [B, L, N] dropout output written and read
+    back, no separate pass for its gradient."""
     if table.dim() != 2 or (update is not None and (update.dim() > ids.dim() + 1 or update.shape
                                                     != (*ids.shape, table.shape[1])[ids.dim() + 1 - update.dim():])):
         raise ValueError(f"embedding_layer_norm: table {tuple(table.shape)} and update "
@@ -125,8 +130,25 @@ def embedding_layer_norm(ids: torch.Tensor, table: torch.Tensor, update: torch.T
     if rows is not None and (ids.dim() != 2 or rows.dim() != 2 or rows.shape[0] != ids.shape[0]):
         raise ValueError(f"rows.shape={tuple(rows.shape)} is not valid: expected [B, K] rows of ids [B, L], "
                          f"{tuple(ids.shape)}")
+    if not 0 <= dropout < 1:
+        raise ValueError(f"embedding_layer_norm: dropout={dropout} is not valid: expected a probability in [0, 1)")
+    if dropout and (ids.dim() != 2 or (update is not None and update.dim() != 2)):
+        raise ValueError(f"embedding_layer_norm: ids {tuple(ids.shape)} and update "
+                         f"{None if update is None else tuple(update.shape)} are not valid with dropout: expected "
+                         f"ids [B, L] and learned positions [L, N] or None")
+    # the dropout kernels draw each value's mask from its flat index, an int32
+    if dropout and ids.numel() * table.shape[1] >= 2 ** 31:
+        if backend == "triton":
+            raise ValueError(f"ids {tuple(ids.shape)} and table {tuple(table.shape)} are not valid for "
+                             f"backend='triton' with dropout: expected ids.numel() * N < 2 ** 31")
+        backend = NAIVE
     if not _use_triton("layer_norm", backend, table):
-        x = embedding(ids, table, backend=NAIVE if backend == NAIVE else "auto")
+        sub_backend = NAIVE if backend == NAIVE else "auto"
+        if dropout:  # the embedding dropout op (one Triton pass on a GPU), then the norm
+            x = embedding_dropout(ids, table, update, dropout, backend=sub_backend)
+            y = layer_norm(x, weight, bias, eps, NAIVE, to_matmul)
+            return (x if rows is None else rows_at(x, rows)), y
+        x = embedding(ids, table, backend=sub_backend)
         if update is None:
             y = layer_norm(x, weight, bias, eps, NAIVE, to_matmul)
             return (x if rows is None else rows_at(x, rows)), y
@@ -134,7 +156,10 @@ def embedding_layer_norm(ids: torch.Tensor, table: torch.Tensor, update: torch.T
     dtype = table.dtype if update is None else torch.promote_types(table.dtype, update.dtype)
     from zoo.kernels.layer_norm.fused import embed_norm_triton
     record("embedding", "triton")  # the rows gathered here, their gradient summed by the embedding's Triton backward
-    return embed_norm_triton(ids, table, update, weight, bias, eps, _autocast_out(table, dtype, to_matmul), rows)
+    if dropout:
+        record("embedding_dropout", "triton")
+    return embed_norm_triton(ids, table, update, weight, bias, eps, _autocast_out(table, dtype, to_matmul), rows,
+                             dropout)
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor | None = None, eps: float | None = None,
@@ -178,11 +203,12 @@ class LayerNorm(torch.nn.LayerNorm):
         return add_layer_norm(x, update, self.weight, self.bias, self.eps, to_matmul=self.to_matmul, rows=rows)
 
     def after_embedding(self, ids: torch.Tensor, table: torch.Tensor, update: torch.Tensor | None,
-                        rows: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """(table[ids] + update, or its ``rows`` alone, and this norm of it) through :func:`embedding_layer_norm`:
-        the rows gathered in the norm's one pass on a GPU."""
+                        rows: torch.Tensor | None = None,
+                        dropout: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
+        """(dropout(table[ids] + update), or its ``rows`` alone, and this norm of it) through
+        :func:`embedding_layer_norm`: the rows gathered (and dropped) in the norm's one pass on a GPU."""
         return embedding_layer_norm(ids, table, update, self.weight, self.bias, self.eps, to_matmul=self.to_matmul,
-                                    rows=rows)
+                                    rows=rows, dropout=dropout)
 
 
 class RMSNorm(torch.nn.RMSNorm):

@@ -35,6 +35,7 @@ import triton
 import triton.language as tl
 
 from zoo.kernels.backend import not_compiled
+from zoo.kernels.embedding.dropout import kept_by_dropout
 from zoo.kernels.layout import even_walks, last_dim_contiguous, resident_programs
 from zoo.kernels.partial_sums import column_sum, sum_rows
 
@@ -59,8 +60,8 @@ def _param(P, cols, col_ok, default: tl.constexpr, BLOCK_N: tl.constexpr):
 
 
 @triton.jit
-def _norm_fwd_kernel(X, IDS, R, Z, W, B, S, Y, MEAN, RSTD, M, H, N, x_s0, x_s1, r_s0, r_s1, z_s0, z_s1, eps,
-                     RMS: tl.constexpr, GATE_FIRST: tl.constexpr, ROWS: tl.constexpr, BLOCK_N: tl.constexpr):
+def _norm_fwd_kernel(X, IDS, R, Z, W, B, S, Y, MEAN, RSTD, SEED, M, H, N, x_s0, x_s1, r_s0, r_s1, z_s0, z_s1, eps,
+                     p, scale, RMS: tl.constexpr, GATE_FIRST: tl.constexpr, ROWS: tl.constexpr, BLOCK_N: tl.constexpr):
     rows = (tl.program_id(0) * ROWS + tl.arange(0, ROWS)).to(tl.int64)
     cols = tl.arange(0, BLOCK_N)
     row_ok, col_ok = rows < M, cols < N
@@ -72,6 +73,8 @@ def _norm_fwd_kernel(X, IDS, R, Z, W, B, S, Y, MEAN, RSTD, M, H, N, x_s0, x_s1, 
     x = tl.load(X + x_offsets, mask=mask, other=0.0).to(tl.float32)
     if R is not None:  # normalize the sum s = x + r
         x += tl.load(R + _offsets(rows, cols, H, r_s0, r_s1), mask=mask, other=0.0).to(tl.float32)
+    if SEED is not None:  # the embedding's dropout: its mask drawn as the embedding_dropout op draws it
+        x = tl.where(kept_by_dropout(SEED, rows, cols, N, p), x * scale, 0.0)
     if S is not None:  # s stored in its dtype and normalized as stored
         x = x.to(S.dtype.element_ty)
         tl.store(S + rows[:, None] * N + cols[None, :], x, mask=mask)
@@ -97,8 +100,8 @@ def _norm_fwd_kernel(X, IDS, R, Z, W, B, S, Y, MEAN, RSTD, M, H, N, x_s0, x_s1, 
 
 
 @triton.jit
-def _norm_bwd_kernel(X, Z, W, B, DY, DS, DS_AT, MEAN, RSTD, DX, DR, DZ, DW, DB, M, H, N, x_s0, x_s1, z_s0, z_s1, dy_s0,
-                     dy_s1, tiles_per_program, RMS: tl.constexpr, GATE_FIRST: tl.constexpr, ROWS: tl.constexpr,
+def _norm_bwd_kernel(X, Z, W, B, DY, DS, DS_AT, MEAN, RSTD, SEED, DX, DR, DZ, DW, DB, M, H, N, x_s0, x_s1, z_s0, z_s1,
+                     dy_s0, dy_s1, p, scale, tiles_per_program, RMS: tl.constexpr, GATE_FIRST: tl.constexpr, ROWS: tl.constexpr,
                      BLOCK_N: tl.constexpr):
     pid = tl.program_id(0)
     cols = tl.arange(0, BLOCK_N)
@@ -154,6 +157,8 @@ def _norm_bwd_kernel(X, Z, W, B, DY, DS, DS_AT, MEAN, RSTD, DX, DR, DZ, DW, DB, 
                 at = tl.load(DS_AT + rows, mask=row_ok, other=-1).to(tl.int64)
                 dx += tl.load(DS + at[:, None] * N + cols[None, :], mask=mask & (at >= 0)[:, None],
                               other=0.0).to(tl.float32)
+        if SEED is not None:  # back through the embedding's dropout: the same mask drawn again
+            dx = tl.where(kept_by_dropout(SEED, rows, cols, N, p), dx * scale, 0.0)
         tl.store(DX + rows[:, None] * N + cols[None, :], dx.to(DX.dtype.element_ty), mask=mask)
         if DR is not None:  # the same gradient for r, in r's dtype
             tl.store(DR + rows[:, None] * N + cols[None, :], dx.to(DR.dtype.element_ty), mask=mask)
@@ -178,10 +183,12 @@ def _rows(t: torch.Tensor, H: int) -> torch.Tensor:
 class _Norm(torch.autograd.Function):
     """y = norm(x) (times silu(gate)); with an update r, the norm of s = x + r, returning (s, y). With ``ids`` x is a
     table [V, N] and its rows at ids take x's place (s = x[ids] (+ r), returned with y): an embedding gathered by
-    the norm that reads it, its weight gradient summed from the rows' (``embedding.sorted_sum``)."""
+    the norm that reads it, its weight gradient summed from the rows' (``embedding.sorted_sum``), and with ``dropout``
+    p > 0 the gathered rows (+ r) go through dropout before the norm: s = dropout(x[ids] + r)."""
 
     @staticmethod
-    def forward(ctx, x, update, weight, bias, gate, eps, rms, out_dtype, return_sum, gate_first, picked_rows, ids):
+    def forward(ctx, x, update, weight, bias, gate, eps, rms, out_dtype, return_sum, gate_first, picked_rows, ids,
+                dropout):
         ctx.set_materialize_grads(False)
         N = x.shape[-1]
         shape = x.shape if ids is None else (*ids.shape, N)
@@ -198,13 +205,16 @@ class _Norm(torch.autograd.Function):
         rstd = torch.empty(M, dtype=torch.float32, device=x.device)
         r_s0, r_s1 = (0, 0) if r3 is None else r3.stride()[:2]
         z_s0, z_s1 = (0, 0) if z3 is None else z3.stride()[:2]
+        # a device tensor drawn from PyTorch's generator, as embedding_dropout's: a CUDA graph replays with a new one
+        seed = torch.randint(2 ** 31 - 1, (1,), device=x.device, dtype=torch.int64) if dropout else None
         _norm_fwd_kernel[(max(1, triton.cdiv(M, rows)),)](
-            x3, None if ids is None else ids.reshape(-1), r3, z3, weight, bias, total, y, mean, rstd, M, H, N,
-            x3.stride(0), x3.stride(1) if ids is None else 0, r_s0, r_s1, z_s0, z_s1, eps, RMS=rms,
+            x3, None if ids is None else ids.reshape(-1), r3, z3, weight, bias, total, y, mean, rstd, seed, M, H, N,
+            x3.stride(0), x3.stride(1) if ids is None else 0, r_s0, r_s1, z_s0, z_s1, eps, dropout,
+            1.0 / (1.0 - dropout), RMS=rms,
             GATE_FIRST=gate_first, ROWS=rows, BLOCK_N=block_n, num_warps=NUM_WARPS)
         normed = x3 if total is None else total.view(-1, H, N)  # what the backward's xhat comes from
-        ctx.save_for_backward(normed, z3, weight, bias, mean, rstd, ids)
-        ctx.shape, ctx.rms, ctx.gate_first = shape, rms, gate_first
+        ctx.save_for_backward(normed, z3, weight, bias, mean, rstd, ids, seed)
+        ctx.shape, ctx.rms, ctx.gate_first, ctx.dropout = shape, rms, gate_first, dropout
         ctx.dtypes = x.dtype, None if update is None else update.dtype
         ctx.update_shape = None if update is None else update.shape
         ctx.table_rows = None if ids is None else x.shape[0]
@@ -218,14 +228,16 @@ class _Norm(torch.autograd.Function):
     @staticmethod
     def backward(ctx, *grads):
         ds, dy = grads if len(grads) == 2 else (None, grads[0])
-        x3, z3, weight, bias, mean, rstd, ids = ctx.saved_tensors
+        x3, z3, weight, bias, mean, rstd, ids, seed = ctx.saved_tensors
         M, H, N = x3.shape[0] * x3.shape[1], x3.shape[1], x3.shape[2]
+        if dy is None and seed is not None:  # only the sum was used, but its gradient must go through the mask
+            dy = torch.zeros(ctx.shape, dtype=torch.float32, device=x3.device)
         if dy is None:  # only the sum was used: its gradient passes through to x and update
             if ctx.picked is not None:
                 ds = ds.new_zeros(M, N).index_copy_(0, ctx.picked, ds.reshape(-1, N)).view(ctx.shape)
             dr = _update_grad(ds.to(ctx.dtypes[1]), ctx.update_shape) if ctx.needs_input_grad[1] else None
             dx = _table_grad(ctx, ds.to(ctx.dtypes[0]), ids)
-            return dx, dr, None, None, None, None, None, None, None, None, None, None
+            return dx, dr, None, None, None, None, None, None, None, None, None, None, None
         rows, block_n = _tile(N)
         tiles = max(1, triton.cdiv(M, rows))
         per_program, programs = even_walks(tiles, resident_programs(x3.device))
@@ -249,15 +261,15 @@ class _Norm(torch.autograd.Function):
         db = partial[wanted.index(3)] if 3 in wanted else None
         z_s0, z_s1 = (0, 0) if z3 is None else z3.stride()[:2]
         _norm_bwd_kernel[(programs,)](
-            x3, z3, weight, bias, dy3, ds, ds_at, mean, rstd, dx, dr, dz, dw, db, M, H, N, x3.stride(0), x3.stride(1),
-            z_s0, z_s1, dy3.stride(0), dy3.stride(1), per_program,
+            x3, z3, weight, bias, dy3, ds, ds_at, mean, rstd, seed, dx, dr, dz, dw, db, M, H, N, x3.stride(0),
+            x3.stride(1), z_s0, z_s1, dy3.stride(0), dy3.stride(1), ctx.dropout, 1.0 / (1.0 - ctx.dropout), per_program,
             RMS=ctx.rms, GATE_FIRST=ctx.gate_first, ROWS=rows, BLOCK_N=block_n, num_warps=NUM_WARPS)
         sums = sum_rows(partial) if wanted else None
         dw = None if dw is None else sums[wanted.index(2)].to(weight.dtype)
         db = None if db is None else sums[wanted.index(3)].to(bias.dtype)
         if ctx.needs_input_grad[1]:
             dr = _update_grad(dx if dr is None else dr, ctx.update_shape).to(r_dtype)
-        return _table_grad(ctx, dx, ids), dr, dw, db, dz, None, None, None, None, None, None, None
+        return _table_grad(ctx, dx, ids), dr, dw, db, dz, None, None, None, None, None, None, None, None
 
 
 def _table_grad(ctx, dx: torch.Tensor, ids: torch.Tensor | None) -> torch.Tensor | None:
@@ -289,7 +301,7 @@ def norm_triton(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor
     """RMSNorm (``rms``, no bias) or LayerNorm of x [..., N] over N, times weight [N], plus bias [N], times
     silu(gate) [..., N], or with ``gate_first`` of x * silu(gate); each of weight, bias, gate may be None. Float32
     math; y [..., N] in ``out_dtype``."""
-    return _Norm.apply(x, None, weight, bias, gate, eps, rms, out_dtype, False, gate_first, None, None)
+    return _Norm.apply(x, None, weight, bias, gate, eps, rms, out_dtype, False, gate_first, None, None, 0.0)
 
 
 @not_compiled
@@ -301,15 +313,16 @@ def add_norm_triton(x: torch.Tensor, update: torch.Tensor, weight: torch.Tensor 
     pass and writes it twice, for x and for update, in their dtypes. With ``rows`` [B, K] (x [B, L, N]) s is
     returned at those rows of each sequence alone, [B, K, N], and their gradient is added in the same pass, each
     row where it belongs (the rows of a sequence distinct)."""
-    return _Norm.apply(x, update, weight, bias, None, eps, rms, out_dtype, True, False, rows, None)
+    return _Norm.apply(x, update, weight, bias, None, eps, rms, out_dtype, True, False, rows, None, 0.0)
 
 
 @not_compiled
 def embed_norm_triton(ids: torch.Tensor, table: torch.Tensor, update: torch.Tensor | None, weight: torch.Tensor | None,
                       bias: torch.Tensor | None, eps: float, out_dtype: torch.dtype,
-                      rows: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                      rows: torch.Tensor | None = None, dropout: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
     """(s, layer_norm(s)) with s = table[ids] (+ update) [..., N] in one pass: a model's embedding gathered by the
     first block's norm, which writes the stream s and reads no gathered copy of the rows. Backward, the norm's
     input gradient is summed into the table's rows (``embedding.sorted_sum``: deterministic). ``rows`` as
-    :func:`add_norm_triton`'s."""
-    return _Norm.apply(table, update, weight, bias, None, eps, False, out_dtype, True, False, rows, ids)
+    :func:`add_norm_triton`'s. ``dropout`` p > 0: s = dropout(table[ids] + update), the mask that of
+    ``embedding.dropout`` with the same seed (drawn from a flat index: ids.numel() * N < 2 ** 31)."""
+    return _Norm.apply(table, update, weight, bias, None, eps, False, out_dtype, True, False, rows, ids, dropout)

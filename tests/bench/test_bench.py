@@ -225,6 +225,7 @@ def test_profile_takes_any_grid_cell_as_a_group_of_the_sweeps_learning_rates():
     import argparse
 
     from zoo.bench.profile import cell_arg, cell_configs
+    from zoo.bench.zoology_peer import ZOOLOGY_MODEL
     cfgs = cell_configs("softmax", (512, 512), group=4, examples=1280)
     assert [c.train.lr for c in cfgs] == [1.0e-4, 4.6416e-4, 2.1544e-3, 1.0e-2]
     for c in cfgs:
@@ -234,6 +235,9 @@ def test_profile_takes_any_grid_cell_as_a_group_of_the_sweeps_learning_rates():
     (figure2,) = cell_configs("mamba")
     assert (figure2.task.params.input_seq_len, figure2.model.d_model, figure2.task.train[0].num_examples) == \
         (256, 128, 100000)
+    assert (figure2.model.state_mixer, figure2.model.embed_dropout) == ("identity", 0.0)  # the sweep's base
+    (zoology,) = cell_configs("softmax", model=ZOOLOGY_MODEL)
+    assert (zoology.model.state_mixer, zoology.model.embed_dropout) == ("normed", 0.1)
     assert cell_arg("512,64") == (512, 64)
     with pytest.raises(argparse.ArgumentTypeError, match="not N,d_model"):
         cell_arg("512")

@@ -22,6 +22,7 @@ import torch
 
 from zoo.kernels import backend as kernel_backend
 from zoo.kernels.cross_entropy import cross_entropy
+from zoo.kernels.embedding import embedding_dropout
 from zoo.kernels.layer_norm import embedding_layer_norm
 from zoo.kernels.linear.streaming import project_triton
 from zoo.kernels.rwkv7 import rwkv7
@@ -147,14 +148,16 @@ def test_every_launched_triton_kernel_compiles_for_sm90(monkeypatch):
         x, weight = torch.randn(70, 24).to(dtype), torch.randn(40, 24).to(dtype)
         for bias in (None, torch.randn(40).to(dtype)):
             project_triton(x, weight, bias)
-    # the first norm gathering the embedding's rows, which a model without embedding dropout (or in eval) runs:
-    # with learned positions and without, float32 and under bf16 autocast
+    # the first norm gathering the embedding's rows (the model above ran it with dropout and learned positions):
+    # without dropout (a model in eval, or embed_dropout 0), with positions and without, float32 and under bf16
+    # autocast; and the embedding dropout op alone, which a model takes only for rows too wide for the norm's kernel
     table, positions, gain, shift = (torch.randn(*s).requires_grad_() for s in ((16, 64), (16, 64), (64,), (64,)))
     for update in (positions, None):
         for bf16 in (False, True):
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
                 total, y = embedding_layer_norm(ids, table, update, gain, shift, backend="triton")
             (total.sum() + y.float().sum()).backward()
+        embedding_dropout(ids, table, update, 0.1, backend="triton").sum().backward()
     assert {s["module"] for s in specs} == kernel_modules()  # every kernel module ran (a new one needs a driver)
     unique = list({json.dumps(s, sort_keys=True): s for s in specs}.values())
     done = subprocess.run([sys.executable, "-c", COMPILE], input=json.dumps(unique), capture_output=True, text=True,

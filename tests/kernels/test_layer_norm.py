@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from zoo.kernels import backend
-from zoo.kernels.embedding import embedding
+from zoo.kernels.embedding import embedding, embedding_dropout
 from zoo.kernels.layer_norm import (MAX_N, LayerNorm, RMSNorm, add_layer_norm, embedding_layer_norm, layer_norm,
                                     rms_norm)
 from zoo.kernels.rows import rows_at
@@ -336,6 +336,61 @@ def test_embedding_layer_norm_under_autocast_and_bad_shapes():
         embedding_layer_norm(ids, table, positions, weight, bias, backend="triton", rows=torch.arange(4))
 
 
+def dropped_and_apart(name, ids, table, positions, weight, bias, rows=None, bf16=False, p=0.25):
+    """``gathered_and_apart`` with embedding dropout: ``embedding_layer_norm(..., dropout=p)`` against the embedding
+    dropout op then the norm, both on backend ``name`` and from the same seed (so the same mask)."""
+    def dropped(*leaves):
+        torch.manual_seed(5)
+        return embedding_layer_norm(ids, *leaves, backend=name, rows=rows, dropout=p)
+
+    def apart(table_, positions_, weight_, bias_):
+        torch.manual_seed(5)
+        x = embedding_dropout(ids, table_, positions_, p, backend=name)
+        return (x if rows is None else rows_at(x, rows)), layer_norm(x, weight_, bias_, backend=name)
+
+    return [outputs_and_grads(fn, (table, positions, weight, bias), name, bf16) for fn in (dropped, apart)]
+
+
+@pytest.mark.parametrize("name", ["naive", "triton"])
+@pytest.mark.parametrize("with_positions", [False, True])
+@pytest.mark.parametrize("picked", [False, True])
+def test_embedding_layer_norm_with_dropout_is_the_embedding_dropout_then_the_norm(name, with_positions, picked):
+    """Embedding dropout inside the gathering norm: the stream (or its rows), the norm and every gradient as the
+    embedding dropout op and the norm apart with the same seed, bit for bit (the same mask, drawn again backward);
+    about p of the stream dropped; the dropout op's backend recorded."""
+    torch.manual_seed(0)
+    ids = torch.randint(0, 7, (3, 40))
+    table, weight, bias = torch.randn(7, 16), torch.randn(16), torch.randn(16)
+    positions = torch.randn(40, 16) if with_positions else None
+    rows = torch.rand(3, 40).argsort(1)[:, :6] if picked else None
+    dropped, apart = dropped_and_apart(name, ids, table, positions, weight, bias, rows)
+    assert backend.last_backend("embedding_dropout") == name
+    for i, (a, r) in enumerate(zip(dropped, apart)):
+        assert a.shape == r.shape and a.dtype == r.dtype
+        broadcast_sum = with_positions and i == 3  # the positions' gradient summed over sequences
+        torch.testing.assert_close(a, r, rtol=1e-6 if broadcast_sum else 0, atol=1e-6 if broadcast_sum else 0)
+    torch.manual_seed(5)
+    total = embedding_layer_norm(ids, table, positions, weight, bias, backend=name, dropout=0.25)[0]
+    assert 0.15 < (total == 0).float().mean().item() < 0.35
+    kept = embedding_layer_norm(ids, table, positions, weight, bias, backend=name, dropout=0.0)[0]
+    torch.testing.assert_close(total, torch.where(total == 0, 0.0, kept / 0.75), rtol=1e-6, atol=0)
+
+
+def test_embedding_layer_norm_with_dropout_draws_a_new_mask_each_call_and_checks_its_arguments():
+    torch.manual_seed(0)
+    ids, table, positions = torch.randint(0, 9, (2, 12)), torch.randn(9, 32), torch.randn(12, 32)
+    weight, bias = torch.randn(32), torch.randn(32)
+    first, second = (embedding_layer_norm(ids, table, positions, weight, bias, backend="triton", dropout=0.5)[0]
+                     for _ in range(2))
+    assert not torch.equal(first == 0, second == 0)
+    with pytest.raises(ValueError, match=r"dropout=1.0 is not valid: expected a probability in \[0, 1\)"):
+        embedding_layer_norm(ids, table, positions, weight, bias, dropout=1.0)
+    with pytest.raises(ValueError, match=r"ids \(24,\) and update None are not valid with dropout"):
+        embedding_layer_norm(ids.flatten(), table, None, weight, bias, dropout=0.1)
+    with pytest.raises(ValueError, match=r"update \(2, 12, 32\) are not valid with dropout"):
+        embedding_layer_norm(ids, table, torch.randn(2, 12, 32), weight, bias, dropout=0.1)
+
+
 def gpu_inputs(*shape, dtype=torch.float32):
     return torch.randn(*shape, device=DEVICE, dtype=dtype, requires_grad=True)
 
@@ -539,6 +594,32 @@ def test_gpu_embedding_layer_norm_matches_the_embedding_then_the_norm(picked):
     graph.replay()
     for a, b in zip(captured, step()):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+@pytest.mark.gpu
+def test_gpu_embedding_layer_norm_with_dropout_matches_the_dropout_op_then_the_norm():
+    """Zoology's first norm at the figure-2 cell (embedding dropout 0.1, learned positions, bf16 autocast): the
+    Triton path recorded, the numbers of the embedding dropout op and the norm apart from the same seed, and a new
+    mask at each replay of a CUDA graph."""
+    torch.manual_seed(0)
+    ids = torch.randint(0, 8192, (256, 256), device=DEVICE)
+    table, positions = torch.randn(8192, 128, device=DEVICE), torch.randn(256, 128, device=DEVICE)
+    weight, bias = torch.randn(128, device=DEVICE), torch.randn(128, device=DEVICE)
+    dropped, apart = dropped_and_apart("triton", ids, table, positions, weight, bias, bf16=True, p=0.1)
+    assert backend.last_backend("embedding_dropout") == "triton"
+    for a, r in zip(dropped, apart):
+        assert a.shape == r.shape and a.dtype == r.dtype
+        assert_close_overall(a, r, 1e-6)
+    assert 0.09 < (dropped[0] == 0).float().mean().item() < 0.11
+
+    def stream():
+        return embedding_layer_norm(ids, table, positions, weight, bias, dropout=0.1)[0]
+
+    graph, captured = capture(stream, warmups=2)
+    graph.replay()
+    first = captured.clone()
+    graph.replay()
+    assert 0.09 < (first == 0).float().mean().item() < 0.11 and not torch.equal(first == 0, captured == 0)
 
 
 @pytest.mark.gpu

@@ -22,6 +22,7 @@ import torch
 from omegaconf import OmegaConf
 
 from zoo.bench.throughput import TIMING_LR, cell_config, timing_config
+from zoo.bench.zoology_peer import ZOOLOGY_MODEL
 
 
 def busy_seconds(intervals: list[tuple[float, float]]) -> float:
@@ -66,10 +67,11 @@ def short_name(kernel: str, width: int = 170) -> str:
 
 
 def cell_configs(mixer: str, cell: tuple[int, int] | None = None, group: int = 1, examples: int | None = None,
-                 sweep: str | Path = "sweeps/mqar.yaml") -> list:
+                 sweep: str | Path = "sweeps/mqar.yaml", model: dict | None = None) -> list:
     """The run configs one profile trains: the sweep's cell at ``cell = (N, d_model)`` (None: figure 2's, N=256,
     d_model=128); one run at the timing lr, or the sweep's first ``group`` learning rates; ``examples`` training
-    examples if given. ValueError, naming the sweep's lengths, for an N it does not have."""
+    examples if given; ``model``, dotted settings over the sweep's (``zoology_peer.ZOOLOGY_MODEL``: the model the
+    zoology bench section trains). ValueError, naming the sweep's lengths, for an N it does not have."""
     spec = OmegaConf.load(sweep)
     n, d = cell or (256, 128)
     lengths = [s["task.params.input_seq_len"] for s in spec.grid["shape"]]
@@ -78,6 +80,7 @@ def cell_configs(mixer: str, cell: tuple[int, int] | None = None, group: int = 1
     shape = dict(spec.grid["shape"][lengths.index(n)])
     if examples is not None:
         shape["task.train"] = [{"num_examples": examples}]
+    shape.update(model or {})
     lrs = list(spec.grid["train.lr"])[:group] if group > 1 else [TIMING_LR]
     return [cell_config(mixer, shape, d, lr, sweep=sweep) for lr in lrs]
 
@@ -92,12 +95,13 @@ def top_ops(averages, n: int, steps: int) -> list[tuple[str, float, float, str]]
 
 
 def profile_run(mixer: str, graphs: bool, epochs: int = 1, top: int = 8, cell: tuple[int, int] | None = None,
-                group: int = 1, examples: int | None = None, ops: int = 0) -> dict:
+                group: int = 1, examples: int | None = None, ops: int = 0, model: dict | None = None) -> dict:
     from torch.profiler import ProfilerActivity, profile
 
     from zoo.run import keeping_compiled_code, train_group
 
-    cfgs = [timing_config(c, epochs, cuda_graphs=graphs) for c in cell_configs(mixer, cell, group, examples)]
+    cfgs = [timing_config(c, epochs, cuda_graphs=graphs) for c in cell_configs(mixer, cell, group, examples,
+                                                                                    model=model)]
     cfg = cfgs[0]
     with tempfile.TemporaryDirectory() as tmp:
         train_group(cfgs, [Path(tmp) / f"warm{i}" for i in range(len(cfgs))], quiet=True)
@@ -152,9 +156,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ops", type=int, default=0,
                         help="also list this many aten ops by their own GPU time, with their input shapes (with "
                              "--graphs off: a replayed CUDA graph runs no ops the profiler sees)")
+    parser.add_argument("--zoology-model", action="store_true",
+                        help="train the zoology section's model (Zoology's normed block, embedding dropout 0.1) "
+                             "in place of the sweep's")
     args = parser.parse_args(argv)
+    model = ZOOLOGY_MODEL if args.zoology_model else None
     try:
-        cfg = cell_configs(args.mixers[0], args.cell, args.group, args.examples)[0]
+        cfg = cell_configs(args.mixers[0], args.cell, args.group, args.examples, model=model)[0]
     except ValueError as err:
         parser.error(str(err))
     if not torch.cuda.is_available():
@@ -169,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     for mixer in args.mixers:
         for graphs in modes:
             r = profile_run(mixer, graphs, top=args.top, cell=args.cell, group=args.group, examples=args.examples,
-                            ops=args.ops)
+                            ops=args.ops, model=model)
             print(f"{mixer:<9} graphs={'on ' if graphs else 'off'} wall {r['wall_s']:.3f} s "
                   f"(epoch {r['epoch_s']:.3f} s)"
                   f"  GPU busy {r['gpu_busy_s']:.3f} s = {100 * r['busy_fraction']:.0f}%"
