@@ -49,9 +49,12 @@ class Block(nn.Module):
     """x + mixer(norm1(x)), then x + state_mixer(norm2(x)) unless the state mixer is "identity". (B, L, D) -> (B, L, D).
 
     Each residual addition is left to the norm that reads its result (``LayerNorm.after_add``: one pass each way on
-    a GPU, the numbers of the add and the norm apart): ``forward(x, update)`` first adds ``update``, the previous
-    block's last output (or the first block's learned positions; None if there is nothing to add), and returns the
-    stream with its own last output, not yet added. ``LanguageModel.forward`` adds the last one in its final norm.
+    a GPU, the numbers of the add and the norm apart): ``forward(x, update, ..., pre)`` first adds ``update``, the
+    previous block's last output (or the first block's learned positions; None if there is nothing to add), and
+    returns the stream with its own last output, not yet added, and its ``pre``: with the "normed" state mixer the
+    block's norm2, whose output is added to the stream after the update (s = s1 + norm2(s1), s1 = x + update), also
+    left to the next norm (one pass each way for both norms and both adds); else None. ``LanguageModel.forward``
+    adds the last ones in its final norm.
 
     With ``positions`` (B, K) only those rows of the block's outputs are wanted (the last block: its outputs reach
     the head alone, and the state mixer works row by row): it returns (B, K, D) rows. A mixer with
@@ -75,16 +78,17 @@ class Block(nn.Module):
         self.state_mixer = STATE_MIXERS[state_mixer](d_model)
         self.passes_layer_state = getattr(mixer, "uses_layer_state", False)
         self.mixer_picks = getattr(mixer, "outputs_at_positions", False)
+        self.adds_norm2 = state_mixer == "normed"  # its state mixer is the identity of norm2's output
 
     def forward(self, x: torch.Tensor, update: torch.Tensor | None, layer_state: dict,
-                positions: torch.Tensor | None = None,
-                table: torch.Tensor | None = None, embed_dropout: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
+                positions: torch.Tensor | None = None, table: torch.Tensor | None = None, embed_dropout: float = 0.0,
+                pre: LayerNorm | None = None) -> tuple[torch.Tensor, torch.Tensor, LayerNorm | None]:
         if table is not None:  # x holds token ids: the stream is dropout(table[x] (+ update)), gathered by norm1
             x, h = self.norm1.after_embedding(x, table, update, rows=positions, dropout=embed_dropout)
         elif update is None:
             x, h = (x if positions is None else rows_at(x, positions)), self.norm1(x)
         else:  # with positions, the norm returns the stream at those rows alone (its gradient comes back as rows)
-            x, h = self.norm1.after_add(x, update, rows=positions)
+            x, h = self.norm1.after_add(x, update, rows=positions, pre=pre)
         args = (h, layer_state) if self.passes_layer_state else (h,)
         if positions is None:
             update = self.mixer(*args)
@@ -92,10 +96,12 @@ class Block(nn.Module):
             update = self.mixer(*args, positions=positions)
         else:
             update = rows_at(self.mixer(*args), positions)
+        if self.adds_norm2:
+            return x, update, self.norm2
         if self.state_mixer is not None:
             x, h = self.norm2.after_add(x, update)
             update = self.state_mixer(h)
-        return x, update
+        return x, update, None
 
 
 def zoology_init(model: nn.Module, n_layers: int, mamba_block: bool = False, std: float = 0.02) -> None:
@@ -244,11 +250,11 @@ class LanguageModel(nn.Module):
         x, table, update = input_ids, self.embed.weight, pos
         dropout = self.embed_dropout if self.training else 0.0
         layer_state: dict = {}
-        last = len(self.blocks) - 1
+        last, pre = len(self.blocks) - 1, None
         for i, block in enumerate(self.blocks):
-            x, update = block(x, update, layer_state, positions if i == last else None, table if i == 0 else None,
-                              dropout)
-        return self.norm(x) if update is None else self.norm.after_add(x, update)[1]
+            x, update, pre = block(x, update, layer_state, positions if i == last else None,
+                                   table if i == 0 else None, dropout, pre)
+        return self.norm(x) if update is None else self.norm.after_add(x, update, pre=pre)[1]
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """(..., D) hidden states -> (..., V) logits through the tied embedding (``zoo.kernels.linear``: under bf16

@@ -77,7 +77,7 @@ def layer_norm(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor 
 
 def add_layer_norm(x: torch.Tensor, update: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
                    eps: float = 1e-5, backend: str = "auto", to_matmul: bool = False,
-                   rows: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                   rows: torch.Tensor | None = None, pre: tuple | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """(s, layer_norm(s)) with s = x + update (x [..., N], s in their promoted dtype): a pre-norm block's residual
     add and the norm that reads its result. update has x's shape or its trailing dims alone (learned positions [L,
     N] added to every sequence of x [B, L, N]), broadcast over the rest. The Triton path does both in one pass, and
@@ -91,7 +91,14 @@ def add_layer_norm(x: torch.Tensor, update: torch.Tensor, weight: torch.Tensor |
     (``rows_at(s, rows)``; the last block's stream, whose other rows reach no loss). Its gradient then comes back
     as those rows, and the Triton backward adds each where it belongs as it writes x's gradient: no zero-filled
     [B, L, N] gradient with the rows scattered into it, no second read of it. The rows of a sequence must be
-    distinct there (a repeated row's gradients would not add up; ``zoo.data`` pads positions with distinct rows)."""
+    distinct there (a repeated row's gradients would not add up; ``zoo.data`` pads positions with distinct rows).
+
+    ``pre`` (pre_weight, pre_bias, pre_eps), another LayerNorm's parameters: s = s1 + layer_norm(s1) with s1 = x +
+    update, in place of s1 (Zoology's block with its Identity state mixer adds its norm2's output to the stream; the
+    next norm reads the result). That is ``add_layer_norm(*add_layer_norm(x, update, *pre), weight, bias, eps)``,
+    which the Triton path computes in one pass each way where the pre norm's output has s1's dtype (a float32 stream
+    under autocast): at MQAR's figure-2 cell a norm's pass over the stream each way, the pre norm's output and its
+    gradient never written."""
     if update.dim() > x.dim() or update.shape != x.shape[x.dim() - update.dim():]:
         raise ValueError(f"update.shape={tuple(update.shape)} is not valid: expected the shape of x, "
                          f"{tuple(x.shape)}, or its trailing dims")
@@ -99,12 +106,18 @@ def add_layer_norm(x: torch.Tensor, update: torch.Tensor, weight: torch.Tensor |
     if rows is not None and (x.dim() != 3 or rows.dim() != 2 or rows.shape[0] != x.shape[0]):
         raise ValueError(f"rows.shape={tuple(rows.shape)} is not valid: expected [B, K] rows of x [B, L, N], "
                          f"{tuple(x.shape)}")
-    if not _use_triton("layer_norm", backend, x):
+    triton = _use_triton("layer_norm", backend, x)
+    if pre is not None:
+        s1_dtype = torch.promote_types(x.dtype, update.dtype)
+        if not triton or _autocast_out(x, s1_dtype, False) != s1_dtype:  # the two norms apart
+            s1, h = add_layer_norm(x, update, *pre, backend=backend)
+            return add_layer_norm(s1, h, weight, bias, eps, backend, to_matmul, rows)
+    if not triton:
         total = x + update
         y = layer_norm_naive(total, weight, bias, eps).to(out_dtype)
         return (total if rows is None else rows_at(total, rows)), y
     from zoo.kernels.layer_norm.fused import add_norm_triton
-    return add_norm_triton(x, update, weight, bias, eps, False, out_dtype, rows)
+    return add_norm_triton(x, update, weight, bias, eps, False, out_dtype, rows, pre)
 
 
 def embedding_layer_norm(ids: torch.Tensor, table: torch.Tensor, update: torch.Tensor | None,
@@ -196,11 +209,12 @@ class LayerNorm(torch.nn.LayerNorm):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return layer_norm(x, self.weight, self.bias, self.eps, to_matmul=self.to_matmul)
 
-    def after_add(self, x: torch.Tensor, update: torch.Tensor,
-                  rows: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """(x + update, or its ``rows`` alone, and this norm of it) through :func:`add_layer_norm`: one pass each way
-        on a GPU."""
-        return add_layer_norm(x, update, self.weight, self.bias, self.eps, to_matmul=self.to_matmul, rows=rows)
+    def after_add(self, x: torch.Tensor, update: torch.Tensor, rows: torch.Tensor | None = None,
+                  pre: "LayerNorm | None" = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(s = x + update, or its ``rows`` alone, and this norm of it) through :func:`add_layer_norm`: one pass each
+        way on a GPU. With ``pre``, another LayerNorm, s = s1 + pre(s1) with s1 = x + update."""
+        return add_layer_norm(x, update, self.weight, self.bias, self.eps, to_matmul=self.to_matmul, rows=rows,
+                              pre=None if pre is None else (pre.weight, pre.bias, pre.eps))
 
     def after_embedding(self, ids: torch.Tensor, table: torch.Tensor, update: torch.Tensor | None,
                         rows: torch.Tensor | None = None,

@@ -60,8 +60,8 @@ def _param(P, cols, col_ok, default: tl.constexpr, BLOCK_N: tl.constexpr):
 
 
 @triton.jit
-def _norm_fwd_kernel(X, IDS, R, Z, W, B, S, Y, MEAN, RSTD, SEED, M, H, N, x_s0, x_s1, r_s0, r_s1, z_s0, z_s1, eps,
-                     p, scale, RMS: tl.constexpr, GATE_FIRST: tl.constexpr, ROWS: tl.constexpr, BLOCK_N: tl.constexpr):
+def _norm_fwd_kernel(X, IDS, R, Z, W, B, S, Y, MEAN, RSTD, SEED, S1, PW, PB, PMEAN, PRSTD, M, H, N, x_s0, x_s1,
+                     r_s0, r_s1, z_s0, z_s1, eps, p, scale, pre_eps, RMS: tl.constexpr, GATE_FIRST: tl.constexpr, ROWS: tl.constexpr, BLOCK_N: tl.constexpr):
     rows = (tl.program_id(0) * ROWS + tl.arange(0, ROWS)).to(tl.int64)
     cols = tl.arange(0, BLOCK_N)
     row_ok, col_ok = rows < M, cols < N
@@ -75,6 +75,19 @@ def _norm_fwd_kernel(X, IDS, R, Z, W, B, S, Y, MEAN, RSTD, SEED, M, H, N, x_s0, 
         x += tl.load(R + _offsets(rows, cols, H, r_s0, r_s1), mask=mask, other=0.0).to(tl.float32)
     if SEED is not None:  # the embedding's dropout: its mask drawn as the embedding_dropout op draws it
         x = tl.where(kept_by_dropout(SEED, rows, cols, N, p), x * scale, 0.0)
+    if S1 is not None:  # Zoology's normed block: the sum s1 = x + r (stored as stored apart), then s = s1 + pre(s1)
+        x = x.to(S1.dtype.element_ty)
+        tl.store(S1 + rows[:, None] * N + cols[None, :], x, mask=mask)
+        x = x.to(tl.float32)
+        pmean = tl.sum(x, axis=1) / N
+        pxc = tl.where(mask, x - pmean[:, None], 0.0)
+        prstd = tl.rsqrt(tl.sum(pxc * pxc, axis=1) / N + pre_eps)
+        tl.store(PMEAN + rows, pmean, mask=row_ok)
+        tl.store(PRSTD + rows, prstd, mask=row_ok)
+        pw = _param(PW, cols, col_ok, 1.0, BLOCK_N)
+        pb = _param(PB, cols, col_ok, 0.0, BLOCK_N)
+        # the pre norm's output rounded to s1's dtype, its dtype apart (the entry checks that they are one)
+        x += (pxc * prstd[:, None] * pw[None, :] + pb[None, :]).to(S1.dtype.element_ty).to(tl.float32)
     if S is not None:  # s stored in its dtype and normalized as stored
         x = x.to(S.dtype.element_ty)
         tl.store(S + rows[:, None] * N + cols[None, :], x, mask=mask)
@@ -100,8 +113,8 @@ def _norm_fwd_kernel(X, IDS, R, Z, W, B, S, Y, MEAN, RSTD, SEED, M, H, N, x_s0, 
 
 
 @triton.jit
-def _norm_bwd_kernel(X, Z, W, B, DY, DS, DS_AT, MEAN, RSTD, SEED, DX, DR, DZ, DW, DB, M, H, N, x_s0, x_s1, z_s0, z_s1,
-                     dy_s0, dy_s1, p, scale, tiles_per_program, RMS: tl.constexpr, GATE_FIRST: tl.constexpr, ROWS: tl.constexpr,
+def _norm_bwd_kernel(X, Z, W, B, DY, DS, DS_AT, MEAN, RSTD, SEED, S1, PW, PMEAN, PRSTD, DX, DR, DZ, DW, DB, DPW, DPB,
+                     M, H, N, x_s0, x_s1, z_s0, z_s1, dy_s0, dy_s1, p, scale, tiles_per_program, RMS: tl.constexpr, GATE_FIRST: tl.constexpr, ROWS: tl.constexpr,
                      BLOCK_N: tl.constexpr):
     pid = tl.program_id(0)
     cols = tl.arange(0, BLOCK_N)
@@ -112,6 +125,10 @@ def _norm_bwd_kernel(X, Z, W, B, DY, DS, DS_AT, MEAN, RSTD, SEED, DX, DR, DZ, DW
     # cross-warp reductions (shared memory and barriers) per tile
     dw = tl.zeros([ROWS, BLOCK_N], dtype=tl.float32)
     db = tl.zeros([ROWS, BLOCK_N], dtype=tl.float32)
+    if S1 is not None:
+        pw = _param(PW, cols, col_ok, 1.0, BLOCK_N)
+        dpw = tl.zeros([ROWS, BLOCK_N], dtype=tl.float32)
+        dpb = tl.zeros([ROWS, BLOCK_N], dtype=tl.float32)
     for i in range(tiles_per_program):
         rows = ((pid * tiles_per_program + i) * ROWS + tl.arange(0, ROWS)).to(tl.int64)
         row_ok = rows < M
@@ -159,6 +176,17 @@ def _norm_bwd_kernel(X, Z, W, B, DY, DS, DS_AT, MEAN, RSTD, SEED, DX, DR, DZ, DW
                               other=0.0).to(tl.float32)
         if SEED is not None:  # back through the embedding's dropout: the same mask drawn again
             dx = tl.where(kept_by_dropout(SEED, rows, cols, N, p), dx * scale, 0.0)
+        if S1 is not None:  # back through s = s1 + pre(s1): the pre norm's input gradient joins the pass-through
+            dx = dx.to(S1.dtype.element_ty).to(tl.float32)  # s's gradient as written apart, in s1's dtype
+            s1 = tl.load(S1 + rows[:, None] * N + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+            pmean = tl.load(PMEAN + rows, mask=row_ok, other=0.0)
+            prstd = tl.load(PRSTD + rows, mask=row_ok, other=0.0)
+            pxhat = tl.where(mask, (s1 - pmean[:, None]) * prstd[:, None], 0.0)
+            dpw += dx * pxhat
+            dpb += dx
+            pg = dx * pw[None, :]
+            pgx = tl.sum(pg * pxhat, axis=1) / N
+            dx = (pg - (tl.sum(pg, axis=1) / N)[:, None] - pxhat * pgx[:, None]) * prstd[:, None] + dx
         tl.store(DX + rows[:, None] * N + cols[None, :], dx.to(DX.dtype.element_ty), mask=mask)
         if DR is not None:  # the same gradient for r, in r's dtype
             tl.store(DR + rows[:, None] * N + cols[None, :], dx.to(DR.dtype.element_ty), mask=mask)
@@ -166,6 +194,10 @@ def _norm_bwd_kernel(X, Z, W, B, DY, DS, DS_AT, MEAN, RSTD, SEED, DX, DR, DZ, DW
         tl.store(DW + pid * N + cols, tl.sum(dw, axis=0), mask=col_ok)
     if DB is not None:
         tl.store(DB + pid * N + cols, tl.sum(db, axis=0), mask=col_ok)
+    if DPW is not None:
+        tl.store(DPW + pid * N + cols, tl.sum(dpw, axis=0), mask=col_ok)
+    if DPB is not None:
+        tl.store(DPB + pid * N + cols, tl.sum(dpb, axis=0), mask=col_ok)
 
 
 def _tile(N: int) -> tuple[int, int]:
@@ -184,11 +216,13 @@ class _Norm(torch.autograd.Function):
     """y = norm(x) (times silu(gate)); with an update r, the norm of s = x + r, returning (s, y). With ``ids`` x is a
     table [V, N] and its rows at ids take x's place (s = x[ids] (+ r), returned with y): an embedding gathered by
     the norm that reads it, its weight gradient summed from the rows' (``embedding.sorted_sum``), and with ``dropout``
-    p > 0 the gathered rows (+ r) go through dropout before the norm: s = dropout(x[ids] + r)."""
+    p > 0 the gathered rows (+ r) go through dropout before the norm: s = dropout(x[ids] + r). With ``pre_eps`` (and
+    an update) a LayerNorm ``pre`` (pre_weight, pre_bias) comes between the add and the norm's input: s1 = x + r, s
+    = s1 + pre(s1) (Zoology's block with its Identity state mixer, its norm2 and the next block's norm1 in one pass)."""
 
     @staticmethod
     def forward(ctx, x, update, weight, bias, gate, eps, rms, out_dtype, return_sum, gate_first, picked_rows, ids,
-                dropout):
+                dropout, pre_weight, pre_bias, pre_eps):
         ctx.set_materialize_grads(False)
         N = x.shape[-1]
         shape = x.shape if ids is None else (*ids.shape, N)
@@ -207,13 +241,16 @@ class _Norm(torch.autograd.Function):
         z_s0, z_s1 = (0, 0) if z3 is None else z3.stride()[:2]
         # a device tensor drawn from PyTorch's generator, as embedding_dropout's: a CUDA graph replays with a new one
         seed = torch.randint(2 ** 31 - 1, (1,), device=x.device, dtype=torch.int64) if dropout else None
+        pre = pre_eps is not None
+        s1 = torch.empty_like(total) if pre else None
+        pmean, prstd = (torch.empty(M, dtype=torch.float32, device=x.device) for _ in range(2)) if pre else (None, None)
         _norm_fwd_kernel[(max(1, triton.cdiv(M, rows)),)](
-            x3, None if ids is None else ids.reshape(-1), r3, z3, weight, bias, total, y, mean, rstd, seed, M, H, N,
-            x3.stride(0), x3.stride(1) if ids is None else 0, r_s0, r_s1, z_s0, z_s1, eps, dropout,
-            1.0 / (1.0 - dropout), RMS=rms,
-            GATE_FIRST=gate_first, ROWS=rows, BLOCK_N=block_n, num_warps=NUM_WARPS)
+            x3, None if ids is None else ids.reshape(-1), r3, z3, weight, bias, total, y, mean, rstd, seed, s1,
+            pre_weight, pre_bias, pmean, prstd, M, H, N, x3.stride(0), x3.stride(1) if ids is None else 0, r_s0, r_s1,
+            z_s0, z_s1, eps, dropout, 1.0 / (1.0 - dropout), pre_eps or 0.0, RMS=rms, GATE_FIRST=gate_first,
+            ROWS=rows, BLOCK_N=block_n, num_warps=NUM_WARPS)
         normed = x3 if total is None else total.view(-1, H, N)  # what the backward's xhat comes from
-        ctx.save_for_backward(normed, z3, weight, bias, mean, rstd, ids, seed)
+        ctx.save_for_backward(normed, z3, weight, bias, mean, rstd, ids, seed, s1, pre_weight, pre_bias, pmean, prstd)
         ctx.shape, ctx.rms, ctx.gate_first, ctx.dropout = shape, rms, gate_first, dropout
         ctx.dtypes = x.dtype, None if update is None else update.dtype
         ctx.update_shape = None if update is None else update.shape
@@ -228,16 +265,16 @@ class _Norm(torch.autograd.Function):
     @staticmethod
     def backward(ctx, *grads):
         ds, dy = grads if len(grads) == 2 else (None, grads[0])
-        x3, z3, weight, bias, mean, rstd, ids, seed = ctx.saved_tensors
+        x3, z3, weight, bias, mean, rstd, ids, seed, s1, pre_weight, pre_bias, pmean, prstd = ctx.saved_tensors
         M, H, N = x3.shape[0] * x3.shape[1], x3.shape[1], x3.shape[2]
-        if dy is None and seed is not None:  # only the sum was used, but its gradient must go through the mask
-            dy = torch.zeros(ctx.shape, dtype=torch.float32, device=x3.device)
+        if dy is None and (seed is not None or s1 is not None):  # only the sum was used: its gradient still goes
+            dy = torch.zeros(ctx.shape, dtype=torch.float32, device=x3.device)  # through the mask or the pre norm
         if dy is None:  # only the sum was used: its gradient passes through to x and update
             if ctx.picked is not None:
                 ds = ds.new_zeros(M, N).index_copy_(0, ctx.picked, ds.reshape(-1, N)).view(ctx.shape)
             dr = _update_grad(ds.to(ctx.dtypes[1]), ctx.update_shape) if ctx.needs_input_grad[1] else None
             dx = _table_grad(ctx, ds.to(ctx.dtypes[0]), ids)
-            return dx, dr, None, None, None, None, None, None, None, None, None, None, None
+            return dx, dr, *[None] * 14
         rows, block_n = _tile(N)
         tiles = max(1, triton.cdiv(M, rows))
         per_program, programs = even_walks(tiles, resident_programs(x3.device))
@@ -254,22 +291,22 @@ class _Norm(torch.autograd.Function):
         if ctx.needs_input_grad[1] and (ctx.update_shape == ctx.shape or r_dtype != x_dtype):
             dr = torch.empty(ctx.shape, dtype=r_dtype, device=x3.device)
         dz = torch.empty(ctx.shape, dtype=z3.dtype, device=x3.device) if ctx.needs_input_grad[4] else None
-        # the weight's and the bias's per-program partial sums in one buffer, so that one column sum finishes both
-        wanted = [i for i in (2, 3) if ctx.needs_input_grad[i]]
+        # the weights' and the biases' per-program partial sums in one buffer, so that one column sum finishes all
+        params = {2: weight, 3: bias, 13: pre_weight, 14: pre_bias}
+        wanted = [i for i in params if ctx.needs_input_grad[i]]
         partial = torch.empty(len(wanted), programs, N, dtype=torch.float32, device=x3.device)
-        dw = partial[wanted.index(2)] if 2 in wanted else None
-        db = partial[wanted.index(3)] if 3 in wanted else None
+        dw, db, dpw, dpb = (partial[wanted.index(i)] if i in wanted else None for i in params)
         z_s0, z_s1 = (0, 0) if z3 is None else z3.stride()[:2]
         _norm_bwd_kernel[(programs,)](
-            x3, z3, weight, bias, dy3, ds, ds_at, mean, rstd, seed, dx, dr, dz, dw, db, M, H, N, x3.stride(0),
-            x3.stride(1), z_s0, z_s1, dy3.stride(0), dy3.stride(1), ctx.dropout, 1.0 / (1.0 - ctx.dropout), per_program,
-            RMS=ctx.rms, GATE_FIRST=ctx.gate_first, ROWS=rows, BLOCK_N=block_n, num_warps=NUM_WARPS)
+            x3, z3, weight, bias, dy3, ds, ds_at, mean, rstd, seed, s1, pre_weight, pmean, prstd, dx, dr, dz, dw, db,
+            dpw, dpb, M, H, N, x3.stride(0), x3.stride(1), z_s0, z_s1, dy3.stride(0), dy3.stride(1), ctx.dropout,
+            1.0 / (1.0 - ctx.dropout), per_program, RMS=ctx.rms, GATE_FIRST=ctx.gate_first, ROWS=rows, BLOCK_N=block_n,
+            num_warps=NUM_WARPS)
         sums = sum_rows(partial) if wanted else None
-        dw = None if dw is None else sums[wanted.index(2)].to(weight.dtype)
-        db = None if db is None else sums[wanted.index(3)].to(bias.dtype)
+        dw, db, dpw, dpb = (sums[wanted.index(i)].to(p.dtype) if i in wanted else None for i, p in params.items())
         if ctx.needs_input_grad[1]:
             dr = _update_grad(dx if dr is None else dr, ctx.update_shape).to(r_dtype)
-        return _table_grad(ctx, dx, ids), dr, dw, db, dz, None, None, None, None, None, None, None, None
+        return _table_grad(ctx, dx, ids), dr, dw, db, dz, *[None] * 8, dpw, dpb, None
 
 
 def _table_grad(ctx, dx: torch.Tensor, ids: torch.Tensor | None) -> torch.Tensor | None:
@@ -301,19 +338,22 @@ def norm_triton(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor
     """RMSNorm (``rms``, no bias) or LayerNorm of x [..., N] over N, times weight [N], plus bias [N], times
     silu(gate) [..., N], or with ``gate_first`` of x * silu(gate); each of weight, bias, gate may be None. Float32
     math; y [..., N] in ``out_dtype``."""
-    return _Norm.apply(x, None, weight, bias, gate, eps, rms, out_dtype, False, gate_first, None, None, 0.0)
+    return _Norm.apply(x, None, weight, bias, gate, eps, rms, out_dtype, False, gate_first, None, None, 0.0, None, None,
+                       None)
 
 
 @not_compiled
 def add_norm_triton(x: torch.Tensor, update: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
-                    eps: float, rms: bool, out_dtype: torch.dtype,
-                    rows: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                    eps: float, rms: bool, out_dtype: torch.dtype, rows: torch.Tensor | None = None,
+                    pre: tuple | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """(s, norm(s)) with s = x + update [..., N] in their promoted dtype, in one pass: the residual add of a
     pre-norm block fused into the norm after it. The backward adds s's own gradient to the norm's in the same
     pass and writes it twice, for x and for update, in their dtypes. With ``rows`` [B, K] (x [B, L, N]) s is
     returned at those rows of each sequence alone, [B, K, N], and their gradient is added in the same pass, each
-    row where it belongs (the rows of a sequence distinct)."""
-    return _Norm.apply(x, update, weight, bias, None, eps, rms, out_dtype, True, False, rows, None, 0.0)
+    row where it belongs (the rows of a sequence distinct). ``pre`` (pre_weight, pre_bias, pre_eps): a LayerNorm
+    between the add and the norm, s1 = x + update and s = s1 + pre(s1) (the pre norm's output in s1's dtype)."""
+    return _Norm.apply(x, update, weight, bias, None, eps, rms, out_dtype, True, False, rows, None, 0.0,
+                       *(pre or (None, None, None)))
 
 
 @not_compiled
@@ -325,4 +365,5 @@ def embed_norm_triton(ids: torch.Tensor, table: torch.Tensor, update: torch.Tens
     input gradient is summed into the table's rows (``embedding.sorted_sum``: deterministic). ``rows`` as
     :func:`add_norm_triton`'s. ``dropout`` p > 0: s = dropout(table[ids] + update), the mask that of
     ``embedding.dropout`` with the same seed (drawn from a flat index: ids.numel() * N < 2 ** 31)."""
-    return _Norm.apply(table, update, weight, bias, None, eps, False, out_dtype, True, False, rows, ids, dropout)
+    return _Norm.apply(table, update, weight, bias, None, eps, False, out_dtype, True, False, rows, ids, dropout, None,
+                       None, None)

@@ -247,3 +247,26 @@ def test_gpu_recurrent_and_conv_mixers_at_the_labelled_rows_follow_the_full_forw
         assert backend.last_backend("linear") == "triton"  # the tied head, through zoo's linear on a GPU
         want = logits_and_grads(model, lambda m, i, p: rows_at(m(i), p), ids, positions, False)
     assert_as_close_as_the_full_bf16_forward(got, want, exact)
+
+
+@pytest.mark.gpu
+def test_gpu_zoology_block_takes_one_norm_op_each_and_follows_the_unfused_forward(monkeypatch):
+    """Zoology's block (the "normed" state mixer) on a GPU under bf16 autocast: each norm2 and the norm after it are
+    one Triton op (three norm ops in a 2-layer model: the first norm gathering the embedding, then two with a pre
+    norm), and the logits and every gradient at the labelled rows are as close to the float32 unfused forward as the
+    bf16 unfused forward's, at most twice."""
+    from zoo.kernels.layer_norm import fused
+    torch.manual_seed(0)
+    model = LanguageModel(512, 128, n_layers=2, mixer="softmax", max_seq_len=256, dropout=0.0,
+                          state_mixer="normed").cuda()
+    ids = torch.randint(0, 512, (8, 256), device="cuda")
+    positions = torch.sort(torch.rand(8, 256, device="cuda").argsort(1)[:, :16], 1).values
+    exact = logits_and_grads(model, lambda m, i, p: rows_at(unfused_forward(m, i), p), ids, positions, False)
+    calls = []
+    apply = fused._Norm.apply
+    monkeypatch.setattr(fused._Norm, "apply", lambda *args: calls.append(args[-1]) or apply(*args))
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        got = logits_and_grads(model, lambda m, i, p: m(i, p), ids, positions, False)
+        assert calls == [None, 1e-5, 1e-5]  # each call's pre_eps: the gathering norm, then norm1 and the final norm
+        want = logits_and_grads(model, lambda m, i, p: rows_at(unfused_forward(m, i), p), ids, positions, False)
+    assert_as_close_as_the_full_bf16_forward(got, want, exact)

@@ -167,7 +167,8 @@ def test_gpu_model_step_runs_the_triton_backward(monkeypatch):
     assert backend.last_backend("embedding") == backend.last_backend("layer_norm") == "triton"
     assert torch.equal(got, embed_grad())
 
-    def pytorch_gather(ids, table, update, weight, bias, eps, to_matmul=False, rows=None):  # its gather and backward
+    def pytorch_gather(ids, table, update, weight, bias, eps, to_matmul=False, rows=None, dropout=0.0):  # its gather
+        assert dropout == 0  # and backward (the model has no embedding dropout)
         return add_layer_norm(F.embedding(ids, table), update, weight, bias, eps, to_matmul=to_matmul, rows=rows)
 
     monkeypatch.setattr(layer_norm_module, "embedding_layer_norm", pytorch_gather)

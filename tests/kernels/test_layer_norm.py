@@ -279,6 +279,67 @@ def test_add_layer_norm_returns_the_sum_at_rows_and_adds_their_gradient_where_th
         add_layer_norm(x, update, weight, bias, rows=rows[0])
 
 
+def pre_normed_and_apart(name, x, update, weight, bias, pre_weight, pre_bias, rows=None, bf16=False):
+    """Outputs (the stream s = s1 + pre(s1), s1 = x + update, or its rows; the norm of s) and the gradients of every
+    leaf, for ``add_layer_norm(..., pre=...)`` and for the two ``add_layer_norm`` apart, on backend ``name``; and how
+    many norm ops the first one ran."""
+    from zoo.kernels.layer_norm import fused
+    calls = []
+    apply = fused._Norm.apply
+
+    def counting(*args):
+        calls.append(args)
+        return apply(*args)
+
+    def pre_normed(x_, update_, weight_, bias_, pre_weight_, pre_bias_):
+        fused._Norm.apply = counting
+        try:
+            return add_layer_norm(x_, update_, weight_, bias_, backend=name, rows=rows,
+                                  pre=(pre_weight_, pre_bias_, 1e-5))
+        finally:
+            fused._Norm.apply = apply
+
+    def apart(x_, update_, weight_, bias_, pre_weight_, pre_bias_):
+        s1, h = add_layer_norm(x_, update_, pre_weight_, pre_bias_, backend=name)
+        return add_layer_norm(s1, h, weight_, bias_, backend=name, rows=rows)
+
+    tensors = (x, update, weight, bias, pre_weight, pre_bias)
+    return [outputs_and_grads(fn, tensors, name, bf16) for fn in (pre_normed, apart)], len(calls)
+
+
+@pytest.mark.parametrize("name", ["naive", "triton"])
+@pytest.mark.parametrize("shape, picked", [((3, 50, 24), False), ((3, 50, 24), True), ((200, 40), False)])
+def test_add_layer_norm_with_a_pre_norm_is_the_two_norms_apart(name, shape, picked):
+    """Zoology's normed block and the next norm in one op: the stream, its norm and the gradients of x, update and
+    both norms' weights and biases as the two fused adds and norms apart, bit for bit in float32; one kernel each way
+    on the Triton path."""
+    torch.manual_seed(0)
+    x, update = torch.randn(*shape), torch.randn(*shape)
+    weight, bias, pre_weight, pre_bias = (torch.randn(shape[-1]) for _ in range(4))
+    rows = torch.rand(3, 50).argsort(1)[:, :5] if picked else None
+    (pre_normed, apart), calls = pre_normed_and_apart(name, x, update, weight, bias, pre_weight, pre_bias, rows)
+    assert calls == (1 if name == "triton" else 0)
+    for a, r in zip(pre_normed, apart):
+        assert a.shape == r.shape and a.dtype == r.dtype
+        torch.testing.assert_close(a, r, rtol=0, atol=0)
+
+
+def test_add_layer_norm_with_a_pre_norm_under_autocast():
+    """A float32 stream plus a bf16 update under bf16 autocast: one Triton op (the pre norm's output is float32, as
+    the stream); a bf16 stream under autocast (the pre norm's output float32, not the stream's dtype): the two ops
+    apart. The numbers of the ops apart either way."""
+    torch.manual_seed(0)
+    weight, bias, pre_weight, pre_bias = (torch.randn(32) for _ in range(4))
+    for x, update, want_calls in ((torch.randn(4, 9, 32), torch.randn(4, 9, 32).bfloat16(), 1),
+                                  (torch.randn(4, 9, 32).bfloat16(), torch.randn(4, 9, 32).bfloat16(), 2)):
+        (pre_normed, apart), calls = pre_normed_and_apart("triton", x, update, weight, bias, pre_weight, pre_bias,
+                                                          bf16=True)
+        assert calls == want_calls
+        for a, r in zip(pre_normed, apart):
+            assert a.dtype == r.dtype
+            assert_close_overall(a, r, 1e-6 if a.dtype == torch.float32 else 1e-2)
+
+
 def gathered_and_apart(name, ids, table, update, weight, bias, rows=None, bf16=False):
     """Outputs (the stream, or its rows, and the norm) and the gradients of table, update (if any), weight and bias,
     both for ``embedding_layer_norm`` on backend ``name`` and for the embedding then ``add_layer_norm`` (or
@@ -620,6 +681,37 @@ def test_gpu_embedding_layer_norm_with_dropout_matches_the_dropout_op_then_the_n
     first = captured.clone()
     graph.replay()
     assert 0.09 < (first == 0).float().mean().item() < 0.11 and not torch.equal(first == 0, captured == 0)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("picked", [False, True])
+def test_gpu_add_layer_norm_with_a_pre_norm_matches_the_two_norms_apart(picked):
+    """Zoology's normed block at MQAR's figure-2 cell (a float32 stream plus a bf16 mixer output, bf16 autocast, the
+    last block's labelled rows or none): one Triton op with the two norms' numbers apart (up to the multiply-adds the
+    compiler may fuse), and a CUDA graph replays it on new inputs bit for bit as an eager call."""
+    torch.manual_seed(0)
+    x, update = torch.randn(256, 256, 128, device=DEVICE), torch.randn(256, 256, 128, device=DEVICE).bfloat16()
+    weight, bias, pre_weight, pre_bias = (torch.randn(128, device=DEVICE) for _ in range(4))
+    rows = torch.rand(256, 256, device=DEVICE).argsort(1)[:, :16] if picked else None
+    (pre_normed, apart), calls = pre_normed_and_apart("triton", x, update, weight, bias, pre_weight, pre_bias, rows,
+                                                      bf16=True)
+    assert calls == 1
+    for a, r in zip(pre_normed, apart):
+        assert a.shape == r.shape and a.dtype == r.dtype
+        assert_close_overall(a, r, 1e-6 if a.dtype == torch.float32 else 1e-3)
+    leaves = [t.clone().requires_grad_() for t in (x, update, weight, bias, pre_weight, pre_bias)]
+
+    def step():
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            total, y = add_layer_norm(*leaves[:4], rows=rows, pre=(leaves[4], leaves[5], 1e-5))
+        return (total, y, *torch.autograd.grad(total.square().sum() + y.float().square().sum(), leaves))
+
+    graph, captured = capture(step, warmups=2)
+    with torch.no_grad():
+        leaves[0].copy_(torch.randn_like(x))
+    graph.replay()
+    for a, b in zip(captured, step()):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
 
 
 @pytest.mark.gpu
