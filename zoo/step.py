@@ -46,9 +46,12 @@ class Member:
         except Exception as err:  # noqa: BLE001 - torch.compile raises many kinds; the eager call re-raises real errors
             if self.forward is self.model:
                 raise
-            lines = [line.strip() for line in str(err).splitlines() if line.strip()] or [""]
+            # the cause, not dynamo's advice on how to see it: e.g. "BackendCompilerFailed: backend='inductor'
+            # raised: / <the backend's error> / Set TORCHDYNAMO_VERBOSE=1 ..."
+            lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+            lines = [line for line in lines if not line.startswith(("Set TORCHDYNAMO_VERBOSE", "You can suppress"))]
             print(f"zoo: torch.compile failed for this model, running it uncompiled ({type(err).__name__}: "
-                  f"{lines[0]}{' ... ' + lines[-1] if len(lines) > 1 else ''})", flush=True)
+                  f"{' / '.join(lines[:4])})", flush=True)
             self.forward = self.model
             return self.model(inputs, positions)
 
