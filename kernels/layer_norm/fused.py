@@ -27,6 +27,12 @@ float32 stream and three launches fewer. Measured with two other changes of 455c
 graphs, the backward's per-element weight and bias sums; H100, softmax's CUDA-graph step at that cell): the step
 went from 2.05 to 1.89 ms, and in an epoch's profile the elementwise kernels and reductions from 0.228 to 0.183 s
 while the norm kernels stayed at 0.10 s.
+
+Two more steps can join the add (``_Norm``'s arguments): the embedding's rows gathered by id in place of x, then
+dropout on them (``ids``, ``dropout``: the mask of ``embedding.dropout``, drawn again backward from the saved seed),
+and a pre norm between the add and this one (``pre_*``: s1 = x + r stored for the backward, s = s1 + pre(s1), as
+Zoology's block with its Identity state mixer adds its norm2's output): the backward then walks back through the
+pre norm in the same pass, summing its weight and bias gradients beside this norm's.
 """
 from __future__ import annotations
 
