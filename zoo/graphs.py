@@ -97,7 +97,7 @@ class GroupCall:
         emptying the cache after the first graph was recorded made that graph's replays crash (SIGSEGV, or an
         illegal address in its kernels) on an H100 with torch 2.11, in groups of 2+ members that record a second
         batch shape; ``results/graph_replay_crash.md`` has the experiments."""
-        static = (inputs.clone(), positions.clone(), targets.clone())
+        static = tuple(static_copy(t) for t in (inputs, positions, targets))
         graph = torch.cuda.CUDAGraph()
         capture = self._side()  # capture cannot run on the default stream
         capture.wait_stream(torch.cuda.current_stream())
@@ -152,6 +152,14 @@ class GroupCall:
         for buffer, value in zip(static, (inputs, positions, targets)):
             buffer.copy_(value)
         graph.replay()
+
+
+def static_copy(t: torch.Tensor) -> torch.Tensor:
+    """A copy of ``t`` with its strides (a graph's input buffer). A compiled forward guards on its inputs' strides:
+    test batches' positions are row slices of a [n, N] sort's [:, :K] view (strides (N, 1)), and a contiguous
+    buffer made torch.compile compile anew inside the capture, where Inductor fails (H100, torch 2.11:
+    "Cannot copy between CPU and CUDA tensors during CUDA graph capture")."""
+    return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device).copy_(t)
 
 
 def _release_generator_from_capture(device: torch.device) -> None:

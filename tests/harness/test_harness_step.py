@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from group_batches import random_batches
-from zoo.graphs import WARMUP_CALLS, GroupCall
+from zoo.graphs import WARMUP_CALLS, GroupCall, static_copy
 from zoo.model import LanguageModel
 from zoo.step import Member, TrainStep
 
@@ -135,7 +135,8 @@ def test_training_with_graphs_follows_eager_training(mixer, tmp_path):
 @pytest.mark.gpu
 def test_compiled_graphed_training_follows_eager_training(tmp_path, capfd):
     """``train.compile`` (opt-in): a compiled forward replayed from CUDA graphs trains as eager training does
-    (dropout off: compiled dropout draws other random numbers), and the compiled forward really ran."""
+    (dropout off: compiled dropout draws other random numbers), and the compiled forward really ran, in the test
+    passes' graphs too (8 test batches an epoch: 3 warm-up calls, then a capture, of inputs as the loader gives them)."""
     eager = _run_losses("softmax", tmp_path, compile=False, graphs=False)
     compiled = _run_losses("softmax", tmp_path, compile=True, graphs=True)
     assert torch.allclose(torch.tensor(compiled), torch.tensor(eager), rtol=1e-2), (eager, compiled)
@@ -150,7 +151,7 @@ def _run_losses(mixer: str, tmp_path, compile: bool, graphs: bool) -> list[float
 
     cfg = make_run_config({
         "task": {"name": "mqar", "params": {"vocab_size": 128, "input_seq_len": 64, "num_kv_pairs": 4},
-                 "train": [{"num_examples": 2000}], "test": [{"num_examples": 200}]},
+                 "train": [{"num_examples": 2000}], "test": [{"num_examples": 1000}]},
         "model": {"mixer": mixer, "d_model": 64, "dropout": 0.0, "embed_dropout": 0.0},
         "train": {"batch_size": 128, "max_epochs": 2, "lr": 3e-3, "precision": "fp32", "cuda_graphs": graphs,
                   "compile": compile, "early_stop_accuracy": None, "progress_bar": False}})
@@ -188,3 +189,12 @@ def test_failed_capture_names_the_members_error(capfd):
     out = capfd.readouterr().out
     assert "capture failed, adding eagerly (member 1 cannot be captured)" in out, out
     assert not call.graphs and [m.item() for m in call.members] == [WARMUP_CALLS + 2] * 2
+
+
+def test_a_graph_s_input_buffers_keep_the_batch_s_strides():
+    """The test loader's positions are row slices of a [:, :K] view: their buffer keeps strides (N, 1), so a compiled
+    forward's stride guards pass inside the capture as in the warm-up calls (no compile there)."""
+    positions = torch.arange(40).view(5, 8)[1:4, :3]
+    copy = static_copy(positions)
+    assert copy.stride() == positions.stride() == (8, 1) and torch.equal(copy, positions)
+    assert copy.data_ptr() != positions.data_ptr()
