@@ -67,7 +67,8 @@ def _param(P, cols, col_ok, default: tl.constexpr, BLOCK_N: tl.constexpr):
 
 @triton.jit
 def _norm_fwd_kernel(X, IDS, R, Z, W, B, S, Y, MEAN, RSTD, SEED, S1, PW, PB, PMEAN, PRSTD, M, H, N, x_s0, x_s1,
-                     r_s0, r_s1, z_s0, z_s1, eps, p, scale, pre_eps, RMS: tl.constexpr, GATE_FIRST: tl.constexpr, ROWS: tl.constexpr, BLOCK_N: tl.constexpr):
+                     r_s0, r_s1, z_s0, z_s1, eps, p, scale, pre_eps, RMS: tl.constexpr, GATE_FIRST: tl.constexpr,
+                     ROWS: tl.constexpr, BLOCK_N: tl.constexpr):
     rows = (tl.program_id(0) * ROWS + tl.arange(0, ROWS)).to(tl.int64)
     cols = tl.arange(0, BLOCK_N)
     row_ok, col_ok = rows < M, cols < N
@@ -120,8 +121,8 @@ def _norm_fwd_kernel(X, IDS, R, Z, W, B, S, Y, MEAN, RSTD, SEED, S1, PW, PB, PME
 
 @triton.jit
 def _norm_bwd_kernel(X, Z, W, B, DY, DS, DS_AT, MEAN, RSTD, SEED, S1, PW, PMEAN, PRSTD, DX, DR, DZ, DW, DB, DPW, DPB,
-                     M, H, N, x_s0, x_s1, z_s0, z_s1, dy_s0, dy_s1, p, scale, tiles_per_program, RMS: tl.constexpr, GATE_FIRST: tl.constexpr, ROWS: tl.constexpr,
-                     BLOCK_N: tl.constexpr):
+                     M, H, N, x_s0, x_s1, z_s0, z_s1, dy_s0, dy_s1, p, scale, tiles_per_program, RMS: tl.constexpr,
+                     GATE_FIRST: tl.constexpr, ROWS: tl.constexpr, BLOCK_N: tl.constexpr):
     pid = tl.program_id(0)
     cols = tl.arange(0, BLOCK_N)
     col_ok = cols < N

@@ -136,7 +136,8 @@ def test_training_with_graphs_follows_eager_training(mixer, tmp_path):
 def test_compiled_graphed_training_follows_eager_training(tmp_path, capfd):
     """``train.compile`` (opt-in): a compiled forward replayed from CUDA graphs trains as eager training does
     (dropout off: compiled dropout draws other random numbers), and the compiled forward really ran, in the test
-    passes' graphs too (8 test batches an epoch: 3 warm-up calls, then a capture, of inputs as the loader gives them)."""
+    passes' graphs too (8 test batches an epoch: 3 warm-up calls, then a capture of inputs as the loader gives
+    them)."""
     eager = _run_losses("softmax", tmp_path, compile=False, graphs=False)
     compiled = _run_losses("softmax", tmp_path, compile=True, graphs=True)
     assert torch.allclose(torch.tensor(compiled), torch.tensor(eager), rtol=1e-2), (eager, compiled)
