@@ -50,7 +50,7 @@ class Block(nn.Module):
 
     Each residual addition is left to the norm that reads its result (``LayerNorm.after_add``: one pass each way on
     a GPU, the numbers of the add and the norm apart): ``forward(x, update, ..., pre)`` first adds ``update``, the
-    previous block's last output (or the first block's learned positions; None if there is nothing to add), and
+    previous block's last output (or the first block's learned positions, None if the model has none), and
     returns the stream with its own last output, not yet added, and its ``pre``: with the "normed" state mixer the
     block's norm2, whose output is added to the stream after the update (s = s1 + norm2(s1), s1 = x + update), also
     left to the next norm (one pass each way for both norms and both adds); else None. ``LanguageModel.forward``
@@ -85,8 +85,6 @@ class Block(nn.Module):
                 pre: LayerNorm | None = None) -> tuple[torch.Tensor, torch.Tensor, LayerNorm | None]:
         if table is not None:  # x holds token ids: the stream is dropout(table[x] (+ update)), gathered by norm1
             x, h = self.norm1.after_embedding(x, table, update, rows=positions, dropout=embed_dropout)
-        elif update is None:
-            x, h = (x if positions is None else rows_at(x, positions)), self.norm1(x)
         else:  # with positions, the norm returns the stream at those rows alone (its gradient comes back as rows)
             x, h = self.norm1.after_add(x, update, rows=positions, pre=pre)
         args = (h, layer_state) if self.passes_layer_state else (h,)
@@ -190,6 +188,8 @@ class LanguageModel(nn.Module):
                  state_mixer: str = "identity", positions: str | None = None, init: str = "zoology",
                  dropout: float = 0.1, layers: list[dict] | None = None, embed_dropout: float = 0.0):
         super().__init__()
+        if n_layers < 1:  # the first block's norm gathers the embedding, the final norm adds the last block's output
+            raise ConfigError("model.n_layers", n_layers, "at least 1")
         if not 0 <= embed_dropout < 1:
             raise ConfigError("model.embed_dropout", embed_dropout, "a probability in [0, 1)")
         if state_mixer not in STATE_MIXERS:
@@ -254,7 +254,7 @@ class LanguageModel(nn.Module):
         for i, block in enumerate(self.blocks):
             x, update, pre = block(x, update, layer_state, positions if i == last else None,
                                    table if i == 0 else None, dropout, pre)
-        return self.norm(x) if update is None else self.norm.after_add(x, update, pre=pre)[1]
+        return self.norm.after_add(x, update, pre=pre)[1]
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """(..., D) hidden states -> (..., V) logits through the tied embedding (``zoo.kernels.linear``: under bf16

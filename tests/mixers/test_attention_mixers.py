@@ -89,7 +89,8 @@ def test_embed_dropout_is_active_in_training_only():
                                           ({"positions": "absolute"}, "model.positions"),
                                           ({"init": "xavier"}, "model.init"),
                                           ({"dropout": 1.5}, "model.dropout"),
-                                          ({"embed_dropout": 1.0}, "model.embed_dropout")])
+                                          ({"embed_dropout": 1.0}, "model.embed_dropout"),
+                                          ({"n_layers": 0}, "model.n_layers")])
 def test_bad_model_options_name_the_key(options, key):
     options = {"mixer": "softmax", **options}
     with pytest.raises(ConfigError, match=key):
