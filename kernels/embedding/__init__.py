@@ -37,6 +37,12 @@ def embedding(ids: torch.Tensor, weight: torch.Tensor, backend: str = "auto") ->
     return embedding_naive(ids, weight) if fast is None else fast.embedding(ids, weight)
 
 
+def masks_by_flat_index(ids: torch.Tensor, weight: torch.Tensor) -> bool:
+    """Whether the dropout kernels (``dropout.kept_by_dropout``, also drawn by ``layer_norm.embedding_layer_norm``) can
+    draw the mask of weight[ids]'s values from their flat indices, an int32: fewer than 2 ** 31 values."""
+    return ids.numel() * weight.shape[1] < 2 ** 31
+
+
 def embedding_dropout(ids: torch.Tensor, weight: torch.Tensor, positions: torch.Tensor | None, p: float,
                       backend: str = "auto") -> torch.Tensor:
     """dropout(weight[ids] + positions, p) for ids [B, L] (each in [0, V)), weight [V, D] and positions [L, D] (or
@@ -48,7 +54,7 @@ def embedding_dropout(ids: torch.Tensor, weight: torch.Tensor, positions: torch.
                          f"and positions [L, D] = [{ids.shape[-1]}, {weight.shape[1]}] or None")
     if not 0 <= p < 1:
         raise ValueError(f"embedding_dropout: p={p} is not valid: expected a probability in [0, 1)")
-    if ids.numel() * weight.shape[1] >= 2 ** 31:  # the kernels draw each value's mask from its flat index, an int32
+    if not masks_by_flat_index(ids, weight):
         record("embedding_dropout", NAIVE)
         return embedding_dropout_naive(ids, weight, positions, p)
     fast = recorded_path("embedding_dropout", backend, "triton", "zoo.kernels.embedding.dropout", weight,
@@ -74,4 +80,4 @@ class Embedding(torch.nn.Embedding):
         return embedding(ids, self.weight)
 
 
-__all__ = ["embedding", "embedding_dropout", "Embedding", "BACKENDS"]
+__all__ = ["embedding", "embedding_dropout", "masks_by_flat_index", "Embedding", "BACKENDS"]

@@ -29,7 +29,7 @@ import torch
 
 from zoo.kernels.autocast import matmul_dtype
 from zoo.kernels.backend import NAIVE, check_backend, named_or_gpu, record
-from zoo.kernels.embedding import embedding, embedding_dropout
+from zoo.kernels.embedding import embedding, embedding_dropout, masks_by_flat_index
 from zoo.kernels.layer_norm.naive import layer_norm_naive, rms_norm_naive
 from zoo.kernels.rows import rows_at
 
@@ -149,23 +149,20 @@ def embedding_layer_norm(ids: torch.Tensor, table: torch.Tensor, update: torch.T
         raise ValueError(f"embedding_layer_norm: ids {tuple(ids.shape)} and update "
                          f"{None if update is None else tuple(update.shape)} are not valid with dropout: expected "
                          f"ids [B, L] and learned positions [L, N] or None")
-    # the dropout kernels draw each value's mask from its flat index, an int32
-    if dropout and ids.numel() * table.shape[1] >= 2 ** 31:
+    if dropout and not masks_by_flat_index(ids, table):
         if backend == "triton":
             raise ValueError(f"ids {tuple(ids.shape)} and table {tuple(table.shape)} are not valid for "
                              f"backend='triton' with dropout: expected ids.numel() * N < 2 ** 31")
         backend = NAIVE
     if not _use_triton("layer_norm", backend, table):
         sub_backend = NAIVE if backend == NAIVE else "auto"
-        if dropout:  # the embedding dropout op (one Triton pass on a GPU), then the norm
-            x = embedding_dropout(ids, table, update, dropout, backend=sub_backend)
+        if dropout or update is None:  # the embedding (dropout op: one Triton pass on a GPU), then the norm
+            x = (embedding_dropout(ids, table, update, dropout, backend=sub_backend) if dropout
+                 else embedding(ids, table, backend=sub_backend))
             y = layer_norm(x, weight, bias, eps, NAIVE, to_matmul)
             return (x if rows is None else rows_at(x, rows)), y
-        x = embedding(ids, table, backend=sub_backend)
-        if update is None:
-            y = layer_norm(x, weight, bias, eps, NAIVE, to_matmul)
-            return (x if rows is None else rows_at(x, rows)), y
-        return add_layer_norm(x, update, weight, bias, eps, NAIVE, to_matmul, rows)
+        return add_layer_norm(embedding(ids, table, backend=sub_backend), update, weight, bias, eps, NAIVE, to_matmul,
+                              rows)
     dtype = table.dtype if update is None else torch.promote_types(table.dtype, update.dtype)
     from zoo.kernels.layer_norm.fused import embed_norm_triton
     record("embedding", "triton")  # the rows gathered here, their gradient summed by the embedding's Triton backward

@@ -111,3 +111,15 @@ def test_gpu_each_cuda_graph_replay_draws_a_new_mask_with_the_same_rate():
             torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
     assert not torch.equal(masks[0], masks[1])
     assert abs(masks[1].float().mean().item() - (1 - P)) < 0.01
+
+
+def test_masks_drawn_by_flat_index_only_below_2_to_the_31_values():
+    """The dropout kernels index each value's mask by an int32: from 2 ** 31 values on the op takes the reference and
+    the gathering norm refuses the Triton backend (expanded ids: no memory)."""
+    from zoo.kernels.embedding import masks_by_flat_index
+    from zoo.kernels.layer_norm import embedding_layer_norm
+    table = torch.randn(4, 128)
+    below, at = (torch.zeros(1, 1, dtype=torch.long).expand(2 ** 14, n) for n in (2 ** 10 - 1, 2 ** 10))
+    assert masks_by_flat_index(below, table) and not masks_by_flat_index(at, table)
+    with pytest.raises(ValueError, match=r"not valid for backend='triton' with dropout: expected ids.numel\(\) \* N"):
+        embedding_layer_norm(at, table, None, None, None, backend="triton", dropout=0.1)
