@@ -26,8 +26,8 @@ BACKENDS = ("auto", "fla", TRITON_CHUNK, "triton", CHUNKED, NAIVE)
 
 def rwkv7(r: torch.Tensor, w: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a: torch.Tensor, b: torch.Tensor,
           w_min: float | None = None, backend: str = "auto") -> torch.Tensor:
-    """r, w, k, a, b: (B, L, H, K), w the log decays (< 0); v: (B, L, H, V) -> o: (B, L, H, V) (float32 on
-    triton, chunked and naive).
+    """r, w, k, a, b: (B, L, H, K), w the log decays (< 0); v: (B, L, H, V) -> o: (B, L, H, V) (in r's dtype on fla
+    and triton_chunk, float32 on triton, chunked and naive).
 
     ``w_min``: a lower bound of every w (the caller's promise, not checked), which lets fla use its chunked form
     with a safe gate (``safe_gate=True, lower_bound=w_min``, chunks of 64) and our chunked kernels run (they need

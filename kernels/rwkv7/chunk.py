@@ -393,12 +393,12 @@ def chunk_inverses(r, w, k, v, a, b, launch: Launch = LAUNCH) -> torch.Tensor:
 
 
 def forward_chain(r, w, k, v, a, b, T, launch: Launch = LAUNCH) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The chain through the chunks: (o (B, L, H, V) float32, each chunk's S_0 [B H, n_chunks, BK, VP] and SA
+    """The chain through the chunks: (o (B, L, H, V) in r's dtype, each chunk's S_0 [B H, n_chunks, BK, VP] and SA
     [B H, n_chunks, C, VP] in ``launch.states_dtype``)."""
     (Bsz, L, H, K, V, n_chunks), (BK, BV, VP, BKG) = _sizes(r, v, launch)
     states = torch.empty(Bsz * H, n_chunks, BK, VP, device=r.device, dtype=launch.states_dtype)
     SA = torch.empty(Bsz * H, n_chunks, CHUNK, VP, device=r.device, dtype=launch.states_dtype)
-    o = torch.empty(Bsz, L, H, V, device=r.device, dtype=torch.float32)
+    o = torch.empty(Bsz, L, H, V, device=r.device, dtype=r.dtype)
     _rwkv7_chunk_states_kernel[(VP // BV, Bsz * H)](r, w, k, v, a, b, T, states, SA, o, L, H, K, V, VP, BK=BK, BV=BV,
                                                     C=CHUNK, PRECISION=launch.precision, num_warps=launch.num_warps)
     return o, states, SA
@@ -450,11 +450,12 @@ class RWKV7ChunkFunction(torch.autograd.Function):
 @not_compiled  # hand-written kernels: nothing for Inductor to fuse
 def rwkv7_chunk(r: torch.Tensor, w: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a: torch.Tensor,
                 b: torch.Tensor, launch: Launch = LAUNCH) -> torch.Tensor:
-    """``rwkv7_naive``'s result by the chunked Triton kernels above, in float32, for decays bounded below by a
-    w_min that :func:`fits` (the caller's promise: the kernels do not check, which would cost a host sync).
+    """``rwkv7_naive``'s result by the chunked Triton kernels above, computed in float32, for decays bounded below
+    by a w_min that :func:`fits` (the caller's promise: the kernels do not check, which would cost a host sync).
 
-    r, w, k, a, b: (B, L, H, K), w the log decays (< 0); v: (B, L, H, V) -> o: (B, L, H, V) float32. Inputs may be
-    any float dtype (the math is float32) and strides (made contiguous: the kernels read that layout); any K and V
+    r, w, k, a, b: (B, L, H, K), w the log decays (< 0); v: (B, L, H, V) -> o: (B, L, H, V) in r's dtype (as fla's
+    ``chunk_rwkv7`` returns it: bf16 inputs give a bf16 o, half the bytes written and read back). Inputs may be any
+    float dtype (the math is float32) and strides (made contiguous: the kernels read that layout); any K and V
     (padded to powers of two, at least 16, inside). The gradients come back in the inputs' dtypes.
     """
     check_launch(launch)

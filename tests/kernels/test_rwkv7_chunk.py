@@ -95,6 +95,21 @@ def test_states_kept_in_bf16_round_only_the_key_sides_gradients():
             assert (g.double() - w).abs().max() <= 1e-2 * w.abs().max(), name
 
 
+def test_bf16_inputs_give_the_float32_math_rounded_once():
+    """bf16 inputs (the layer's under autocast, its decays too, as fla's layer hands them over): o comes out in bf16,
+    as fla's ``chunk_rwkv7`` returns it, and it and every gradient are the float32 inputs' results on the same
+    values rounded once to bf16, within one bf16 step (the kernels load every input into float32 and round only what
+    they store; the interpreter's rounding to bf16 is not always to the nearest value)."""
+    xs = [x.detach().bfloat16() for x in layer_inputs(2, 19, 2, 16, 32, W_LAYER, -0.01)]
+    do = torch.randn(2, 19, 2, 32).bfloat16()
+    launch = Launch(precision="ieee")
+    got = grads(lambda *x: rwkv7_chunk(*x, launch=launch), [x.requires_grad_() for x in xs], do)
+    exact = grads(lambda *x: rwkv7_chunk(*x, launch=launch), [x.float().requires_grad_() for x in xs], do.float())
+    for name, g, e in zip(NAMES, got, exact):
+        assert g.dtype == torch.bfloat16, name
+        torch.testing.assert_close(g.float(), e, rtol=2 ** -7, atol=0, msg=lambda m: f"{name}: {m}")
+
+
 def test_chunks_are_bit_reproducible():
     xs = layer_inputs(1, 20, 2, 16, 16, W_LAYER, -0.01)
     do = torch.randn(1, 20, 2, 16)

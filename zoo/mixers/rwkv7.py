@@ -78,7 +78,9 @@ def recurrence_inputs(proj: torch.Tensor, w_up: torch.Tensor, w_bias: torch.Tens
     None in layer 0, and ``v_first``, layer 0's value, too). The biases ``w_bias``, ``a_bias``, ``v_bias``, ``k_k``,
     ``k_a``: [D]; ``r_k`` [H, K] (H heads of K).
 
-    w = -W_SCALE sigmoid(up(tanh(w_down)) + w_bias) (float32); the value mixed towards ``v_first`` by
+    w = -W_SCALE sigmoid(up(tanh(w_down)) + w_bias), computed in float32 and returned in k's dtype (bf16 under
+    autocast, as fla's layer hands its chunk kernel the decays: half the bytes for the recurrence's four kernels to
+    read, and its gradient half to write); the value mixed towards ``v_first`` by
     sigmoid(up(v_down) + v_bias); iclr = sigmoid(up(a_down) + a_bias); kk, the key scaled by ``k_k`` and normalised
     per head, gives a = -kk and b = kk * iclr; the key is scaled by 1 + (iclr - 1) k_a; the bonus is ((r * k * r_k)
     summed over K) * v, with that key and value; g = up(sigmoid(g_down)). Compiled, this is one graph from the
@@ -103,7 +105,7 @@ def recurrence_inputs(proj: torch.Tensor, w_up: torch.Tensor, w_bias: torch.Tens
     r, v = r.reshape(heads), v.reshape(heads)
     bonus = (r * k * r_k).sum(-1, keepdim=True).float() * v.float()
     g = F.linear(torch.sigmoid(g_down), g_up)
-    return r.contiguous(), w.view(heads), k, v.contiguous(), -kk, kk * iclr.view(heads), bonus, g
+    return r.contiguous(), w.to(k.dtype).view(heads), k, v.contiguous(), -kk, kk * iclr.view(heads), bonus, g
 
 
 def read_out(o: torch.Tensor, bonus: torch.Tensor, g: torch.Tensor, norm_weight: torch.Tensor,
