@@ -129,19 +129,22 @@ def test_triton_rejects_an_unknown_states_mode():
         rwkv7_fused(*layer_inputs(1, 3, 1, 4, 4), launch=fused_recurrent.Launch(states="every"))
 
 
-@pytest.mark.parametrize("kernel", [rwkv7_fused, partial(rwkv7_chunk, launch=ChunkLaunch(states_dtype=torch.float32))],
-                         ids=["fused", "chunk"])
-def test_triton_takes_strided_low_precision_views(kernel):
+@pytest.mark.parametrize("kernel, o_dtype, o_rtol", [
+    (rwkv7_fused, torch.float32, 1e-4),
+    (partial(rwkv7_chunk, launch=ChunkLaunch(states_dtype=torch.float32)), torch.bfloat16, 2 ** -7)],
+    ids=["fused", "chunk"])
+def test_triton_takes_strided_low_precision_views(kernel, o_dtype, o_rtol):
     """r, k, v as slices of one bf16 projection (the fused kernel reads them in place, the chunked ones copy them
-    contiguous): the output is float32 and the gradients come back in bf16, matching the recurrence on the same
-    values. L = 18 crosses a chunk boundary; the decays lie in the layer's range, which the chunked kernels need
-    (their states kept in float32 here: bf16 states' rounding is ``test_rwkv7_chunk.py``'s)."""
+    contiguous): the output is float32 (the fused kernel) or bf16 (the chunked ones, as fla's), the gradients come
+    back in bf16, matching the recurrence on the same values (o within one step of its dtype). L = 18 crosses a
+    chunk boundary; the decays lie in the layer's range, which the chunked kernels need (their states kept in
+    float32 here: bf16 states' rounding is ``test_rwkv7_chunk.py``'s)."""
     B, L, H, K = 2, 18, 2, 8
     g = torch.Generator().manual_seed(3)
     rkv = torch.randn(B, L, H, 3 * K, generator=g).bfloat16().requires_grad_()
     rest = [t.bfloat16().requires_grad_() for t in layer_inputs(B, L, H, K, K, -0.6, -0.01)[1::3]]  # w and a
     b = (-rest[1].detach().float() * 0.5).bfloat16().requires_grad_()
-    do = torch.randn(B, L, H, K, generator=g)
+    do = torch.randn(B, L, H, K, generator=g).bfloat16().float()  # the same values as a bf16 o's gradient
 
     def run(fn, dtype):
         leaves = [t.detach().to(dtype).requires_grad_() for t in (rkv, *rest, b)]
@@ -150,8 +153,8 @@ def test_triton_takes_strided_low_precision_views(kernel):
         return [o, *torch.autograd.grad(o, leaves, do.to(o.dtype))]
 
     got, want = run(kernel, torch.bfloat16), run(rwkv7_recurrence, torch.float64)
-    assert got[0].dtype == torch.float32 and all(t.dtype == torch.bfloat16 for t in got[1:])
-    torch.testing.assert_close(got[0].double(), want[0], rtol=1e-4, atol=1e-4)
+    assert got[0].dtype == o_dtype and all(t.dtype == torch.bfloat16 for t in got[1:])
+    torch.testing.assert_close(got[0].double(), want[0], rtol=o_rtol, atol=1e-4)
     for g_, w in zip(got[1:], want[1:]):  # gradients rounded to bf16
         torch.testing.assert_close(g_.double(), w, rtol=1e-2, atol=1e-2)
 
