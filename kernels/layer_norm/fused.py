@@ -82,7 +82,8 @@ def _norm_fwd_kernel(X, IDS, R, Z, W, B, S, Y, MEAN, RSTD, SEED, S1, PW, PB, PME
         x += tl.load(R + _offsets(rows, cols, H, r_s0, r_s1), mask=mask, other=0.0).to(tl.float32)
     if SEED is not None:  # the embedding's dropout: its mask drawn as the embedding_dropout op draws it
         x = tl.where(kept_by_dropout(SEED, rows, cols, N, p), x * scale, 0.0)
-    if S1 is not None:  # Zoology's normed block: the sum s1 = x + r (stored as stored apart), then s = s1 + pre(s1)
+    # Zoology's normed block: the sum s1 = x + r (stored in its dtype, as the add alone stores s), then s = s1 + pre(s1)
+    if S1 is not None:
         x = x.to(S1.dtype.element_ty)
         tl.store(S1 + rows[:, None] * N + cols[None, :], x, mask=mask)
         x = x.to(tl.float32)

@@ -103,8 +103,12 @@ def test_bf16_inputs_give_the_float32_math_rounded_once():
     xs = [x.detach().bfloat16() for x in layer_inputs(2, 19, 2, 16, 32, W_LAYER, -0.01)]
     do = torch.randn(2, 19, 2, 32).bfloat16()
     launch = Launch(precision="ieee")
-    got = grads(lambda *x: rwkv7_chunk(*x, launch=launch), [x.requires_grad_() for x in xs], do)
-    exact = grads(lambda *x: rwkv7_chunk(*x, launch=launch), [x.float().requires_grad_() for x in xs], do.float())
+
+    def run(dtype):
+        return grads(lambda *x: rwkv7_chunk(*x, launch=launch), [x.to(dtype).detach().requires_grad_() for x in xs],
+                     do.to(dtype))
+
+    got, exact = run(torch.bfloat16), run(torch.float32)
     for name, g, e in zip(NAMES, got, exact):
         assert g.dtype == torch.bfloat16, name
         torch.testing.assert_close(g.float(), e, rtol=2 ** -7, atol=0, msg=lambda m: f"{name}: {m}")
