@@ -123,8 +123,12 @@ def test_the_triton_norms_pick_the_last_block_s_rows_as_the_reference_norms_do(m
     got = logits_and_grads(model, lambda m, i, p: m(i, p), ids, positions, False)
     assert backend.last_backend("layer_norm") == "triton"
     assert len(got) == len(want) > 1
+    # Each tensor within 1e-5 of its own largest value: the two norms' float32 sums round apart, and Mamba's scan
+    # carries that rounding into every gradient (its embedding gradient, up to 7.6, was 4.3e-6 apart with Triton 3.9's
+    # interpreter: 3e-5 of a small element, past an elementwise 1e-5). A wrong row picked or a gradient added in the
+    # wrong place is off by the values themselves.
     for a, b in zip(got, want):
-        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5 * float(b.abs().max()))
 
 
 @pytest.fixture
