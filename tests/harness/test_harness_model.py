@@ -170,14 +170,15 @@ def test_last_block_computes_its_outputs_at_the_labelled_rows_alone(picked, mixe
     assert len(picked) == picks
 
 
-@pytest.mark.parametrize("mixer, projection", [("mamba", "out_proj"), ("mamba2", "out_proj"), ("hyena", "out_proj"),
-                                                ("rwkv", "output"), ("based", "inner.o_proj")])
-def test_recurrent_and_conv_mixers_project_the_labelled_rows_alone(mixer, projection):
+@pytest.mark.parametrize("mixer, projection, kwargs", [
+    ("mamba", "out_proj", {}), ("mamba2", "out_proj", {}), ("hyena", "out_proj", {}), ("rwkv", "output", {}),
+    ("rwkv7", "o_proj", {"head_dim": 16}), ("based", "inner.o_proj", {})])
+def test_recurrent_and_conv_mixers_project_the_labelled_rows_alone(mixer, projection, kwargs):
     """The other mixers run their sequence work on every row, then their last projection on the K labelled rows of
     the last block alone: the same outputs and gradients as the full forward's rows (float64), the projection fed
     (B, K, .) rows."""
     torch.manual_seed(0)
-    model = LanguageModel(40, 32, n_layers=2, mixer=mixer, max_seq_len=32, dropout=0.0).double()
+    model = LanguageModel(40, 32, n_layers=2, mixer=mixer, mixer_kwargs=kwargs, max_seq_len=32, dropout=0.0).double()
     ids = torch.randint(0, 40, (3, 32))
     positions = torch.tensor([[3, 7, 15, 31], [24, 25, 26, 27], [0, 1, 2, 9]])
     rows = []
@@ -235,11 +236,11 @@ def assert_as_close_as_the_full_bf16_forward(got, want, exact):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("mixer", ["mamba", "hyena", "rwkv", "based"])
+@pytest.mark.parametrize("mixer", ["mamba", "hyena", "rwkv", "rwkv7", "based"])
 def test_gpu_recurrent_and_conv_mixers_at_the_labelled_rows_follow_the_full_forward(mixer):
-    """On a GPU under bf16 autocast (the fast paths: Triton scan, gated long conv, WKV, linear attention), their last
-    projection (and Mamba's gate) on 16 of 256 rows: logits and every gradient as far from the float32 full forward
-    as the bf16 full forward's, at most twice."""
+    """On a GPU under bf16 autocast (the fast paths: Triton scan, gated long conv, WKV, linear attention, RWKV-7's
+    chunks and compiled functions), their last projection (and Mamba's gate, RWKV-7's read-out) on 16 of 256 rows:
+    logits and every gradient as far from the float32 full forward as the bf16 full forward's, at most twice."""
     torch.manual_seed(0)
     model = LanguageModel(512, 128, n_layers=2, mixer=mixer, max_seq_len=256, dropout=0.0).cuda()
     ids = torch.randint(0, 512, (8, 256), device="cuda")

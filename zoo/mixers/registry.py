@@ -17,7 +17,8 @@ Optional hooks a mixer may define:
 * ``outputs_at_positions = True``: ``forward(x, positions=positions)`` with positions (B, K) int64 returns the
   outputs at those rows alone, (B, K, D), the same numbers as the full output's rows there. The model asks for it in
   its last block when K is at most a quarter of L (``zoo.model.Block``; softmax and SWA attend from K queries; Mamba,
-  Mamba-2, Hyena, RWKV-4 and BASED run their sequence work on every row and their last projection on the K rows).
+  Mamba-2, Hyena, RWKV-4, RWKV-7 and BASED run their sequence work on every row and their last projection on the K
+  rows).
 """
 from __future__ import annotations
 

@@ -29,6 +29,7 @@ from zoo.kernels import backend
 from zoo.kernels.autocast import matmul_dtype
 from zoo.kernels.backend import Compiled
 from zoo.kernels.linear import Linear
+from zoo.kernels.rows import rows_at
 from zoo.kernels.rwkv7 import rwkv7
 from zoo.kernels.shifted_linear import shifted_linear
 from zoo.errors import ConfigError
@@ -148,6 +149,7 @@ class RWKV7(nn.Module):
     """
 
     uses_layer_state = True
+    outputs_at_positions = True  # forward(x, layer_state, positions): the read-out and o_proj on those rows alone
 
     def __init__(self, d_model: int, layer_idx: int = 0, max_seq_len: int = 2048, n_layers: int = 2,
                  head_dim: int = 64, decay_rank: int | None = None, iclr_rank: int | None = None,
@@ -198,7 +200,11 @@ class RWKV7(nn.Module):
             nn.init.orthogonal_(self.v_proj.weight)
             nn.init.zeros_(self.o_proj.weight)
 
-    def forward(self, x: torch.Tensor, layer_state: dict | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, layer_state: dict | None = None,
+                positions: torch.Tensor | None = None) -> torch.Tensor:
+        """x (B, L, D) -> (B, L, D), or with ``positions`` (B, K) the outputs at those rows alone, (B, K, D): the
+        read-out (output norm, bonus and gate) and the output projection on those rows; the projections of x and the
+        recurrence still cover every row."""
         D = x.shape[-1]
         # r, k, v and the LoRAs' down projections, each of its own token-shift mix x + (x_{t-1} - x) * x_*, as one
         # matmul of [x, x_{t-1}] on GPU (the mixes folded into the weights: zoo.kernels.shifted_linear)
@@ -218,6 +224,8 @@ class RWKV7(nn.Module):
         if self.v_lora is None and layer_state is not None:
             layer_state["v_first"] = v.view(x.shape)
         o = rwkv7(r, w, k, v, a, b, w_min=-W_SCALE)
+        if positions is not None:
+            o, bonus, g = rows_at(o, positions), rows_at(bonus, positions), rows_at(g, positions)
         # the output GroupNorm as a LayerNorm over each head's K values, with the per-channel affine after it (PyTorch's
         # GroupNorm backward for its weight and bias was the slowest kernel of this layer's step on an H100); written
         # in the dtype the output projection reads under autocast (no cast kernel there, none for its input's gradient)
