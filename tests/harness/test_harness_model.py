@@ -172,7 +172,8 @@ def test_last_block_computes_its_outputs_at_the_labelled_rows_alone(picked, mixe
 
 @pytest.mark.parametrize("mixer, projection, kwargs", [
     ("mamba", "out_proj", {}), ("mamba2", "out_proj", {}), ("hyena", "out_proj", {}), ("rwkv", "output", {}),
-    ("rwkv7", "o_proj", {"head_dim": 16}), ("based", "inner.o_proj", {})])
+    ("rwkv7", "o_proj", {"head_dim": 16}), ("based", "inner.o_proj", {}), ("gla", "o_proj", {}),
+    ("retnet", "o_proj", {}), ("hgrn2", "o_proj", {}), ("deltanet", "o_proj", {}), ("gated_deltanet", "o_proj", {})])
 def test_recurrent_and_conv_mixers_project_the_labelled_rows_alone(mixer, projection, kwargs):
     """The other mixers run their sequence work on every row, then their last projection on the K labelled rows of
     the last block alone: the same outputs and gradients as the full forward's rows (float64), the projection fed

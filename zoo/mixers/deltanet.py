@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from zoo.kernels.delta_rule import delta_rule
+from zoo.kernels.rows import rows_at
 from zoo.errors import ConfigError
 from zoo.mixers.linear_blocks import HeadRMSNorm, check_num_heads, expanded_dim
 from zoo.mixers.registry import register_mixer
@@ -42,6 +43,8 @@ class DeltaRuleLayer(nn.Module):
         negative_eigenvalues: beta in (0, 2) instead of (0, 1).
         output_gate: swish-gated output norm (Gated DeltaNet) or a plain one (DeltaNet).
     """
+
+    outputs_at_positions = True  # forward(x, positions): the output norm, its gate and o_proj on those rows alone
 
     def __init__(self, d_model: int, num_heads: int, key_dim: int, value_dim: int, conv_size: int,
                  negative_eigenvalues: bool, output_gate: bool):
@@ -67,7 +70,9 @@ class DeltaRuleLayer(nn.Module):
         """log a_t: [B, L, H], or None for no decay."""
         return None
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+        """x (B, L, D) -> (B, L, D), or with ``positions`` (B, K) the outputs at those rows alone, (B, K, D): the
+        output norm (with Gated DeltaNet's gate) and o_proj on those rows; the recurrence still walks every row."""
         B, L, _ = x.shape
         H = self.num_heads
         q = self.q_conv(self.q_proj(x)).view(B, L, H, -1)
@@ -75,9 +80,11 @@ class DeltaRuleLayer(nn.Module):
         v = self.v_conv(self.v_proj(x)).view(B, L, H, -1)
         beta = torch.sigmoid(self.b_proj(x).float()) * (2 if self.negative_eigenvalues else 1)
         o = delta_rule(q, k, v, beta, self.log_decay(x), l2norm_qk=True)
-        gate = None if self.g_proj is None else self.g_proj(x).view(B, L, H, -1)
+        if positions is not None:
+            o, x = rows_at(o, positions), rows_at(x, positions)
+        gate = None if self.g_proj is None else self.g_proj(x).view(o.shape)
         o = self.o_norm(o, gate)
-        return self.o_proj(o.reshape(B, L, self.value_dim))
+        return self.o_proj(o.flatten(2))
 
     def state_size(self, seq_len: int) -> int:
         """Values of recurrent state per sequence: H states of (K, V) plus the q, k, v conv windows."""

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from zoo.kernels.gla import gla
+from zoo.kernels.rows import rows_at
 from zoo.errors import ConfigError
 from zoo.mixers.linear_blocks import HeadRMSNorm, check_num_heads, expanded_dim
 from zoo.mixers.registry import register_mixer
@@ -34,6 +35,8 @@ class GatedLinearAttention(nn.Module):
         gate_low_rank_dim: rank of the forget-gate projection (16).
         gate_logit_normalizer: divides logsigmoid of the gate logits (16): slower forgetting.
     """
+
+    outputs_at_positions = True  # forward(x, positions): the output norm, its gate and o_proj on those rows alone
 
     def __init__(self, d_model: int, layer_idx: int = 0, max_seq_len: int = 2048, num_heads: int = 4,
                  expand_k: float = 0.5, expand_v: float = 1.0, gate_low_rank_dim: int = 16,
@@ -57,7 +60,9 @@ class GatedLinearAttention(nn.Module):
         self.o_norm = HeadRMSNorm(value_dim // num_heads)
         self.o_proj = nn.Linear(value_dim, d_model, bias=False)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+        """x (B, L, D) -> (B, L, D), or with ``positions`` (B, K) the outputs at those rows alone, (B, K, D): the
+        output norm (with its gate) and o_proj on those rows; the recurrence still walks every row."""
         B, L, _ = x.shape
         H = self.num_heads
         q = self.q_proj(x).view(B, L, H, -1)
@@ -65,8 +70,10 @@ class GatedLinearAttention(nn.Module):
         v = self.v_proj(x).view(B, L, H, -1)
         gk = (F.logsigmoid(self.gk_proj(x).float()) / self.gate_logit_normalizer).view(B, L, H, -1)
         o = gla(q, k, v, gk)
-        o = self.o_norm(o, self.g_proj(x).view(B, L, H, -1))
-        return self.o_proj(o.reshape(B, L, self.value_dim))
+        if positions is not None:
+            o, x = rows_at(o, positions), rows_at(x, positions)
+        o = self.o_norm(o, self.g_proj(x).view(o.shape))
+        return self.o_proj(o.flatten(2))
 
     def state_size(self, seq_len: int) -> int:
         """Values of recurrent state per sequence: H states of (K, V)."""

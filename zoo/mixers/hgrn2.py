@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from zoo.kernels.gla import gla
+from zoo.kernels.rows import rows_at
 from zoo.errors import ConfigError
 from zoo.mixers.linear_blocks import HeadRMSNorm
 from zoo.mixers.registry import register_mixer
@@ -41,6 +42,8 @@ class HGRN2(nn.Module):
             (None: min(128, D), see above).
     """
 
+    outputs_at_positions = True  # forward(x, positions): the output norm and o_proj on those rows alone
+
     def __init__(self, d_model: int, layer_idx: int = 0, max_seq_len: int = 2048, expand_ratio: int | None = None):
         super().__init__()
         if expand_ratio is None:
@@ -56,15 +59,17 @@ class HGRN2(nn.Module):
         self.g_norm = HeadRMSNorm(d_model)
         self.o_proj = nn.Linear(d_model, d_model, bias=False)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+        """x (B, L, D) -> (B, L, D), or with ``positions`` (B, K) the outputs at those rows alone, (B, K, D): the
+        output norm and o_proj on those rows; the recurrence still walks every row."""
         B, L, D = x.shape
         H = self.num_heads
         q = F.silu(self.q_proj(x)).view(B, L, H, -1)
         i = self.i_proj(x).view(B, L, H, -1)
         g = F.logsigmoid(self.f_proj(x).float()).view(B, L, H, -1)
         k = (1 - g.exp()).to(i.dtype)  # the input gate, tied to the forget gate
-        o = gla(q, k, i, g)
-        return self.o_proj(self.g_norm(o.reshape(B, L, D)))
+        o = gla(q, k, i, g).flatten(2)
+        return self.o_proj(self.g_norm(o if positions is None else rows_at(o, positions)))
 
     def state_size(self, seq_len: int) -> int:
         """Values of recurrent state per sequence: H states of (F, D / H), i.e. D * F."""

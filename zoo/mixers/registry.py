@@ -16,9 +16,9 @@ Optional hooks a mixer may define:
   layers of one model forward pass (RWKV-7 passes its first layer's values this way).
 * ``outputs_at_positions = True``: ``forward(x, positions=positions)`` with positions (B, K) int64 returns the
   outputs at those rows alone, (B, K, D), the same numbers as the full output's rows there. The model asks for it in
-  its last block when K is at most a quarter of L (``zoo.model.Block``; softmax and SWA attend from K queries; Mamba,
-  Mamba-2, Hyena, RWKV-4, RWKV-7 and BASED run their sequence work on every row and their last projection on the K
-  rows).
+  its last block when K is at most a quarter of L (``zoo.model.Block``; softmax, SWA and GatedFWA attend from K
+  queries; every other built-in mixer runs its sequence work on every row and its read-out and last projection on
+  the K rows).
 """
 from __future__ import annotations
 

@@ -17,6 +17,7 @@ from torch import nn
 
 from zoo.kernels.retention import retention
 from zoo.errors import ConfigError
+from zoo.kernels.rows import rows_at
 from zoo.mixers.linear_blocks import HeadRMSNorm, check_num_heads, expanded_dim
 from zoo.mixers.registry import register_mixer
 
@@ -42,6 +43,8 @@ class MultiScaleRetention(nn.Module):
         expand_v: value width H*V = expand_v * D (2.0).
     """
 
+    outputs_at_positions = True  # forward(x, positions): the output norm, its gate and o_proj on those rows alone
+
     def __init__(self, d_model: int, layer_idx: int = 0, max_seq_len: int = 2048, num_heads: int = 8,
                  expand_k: float = 1.0, expand_v: float = 2.0):
         super().__init__()
@@ -59,15 +62,19 @@ class MultiScaleRetention(nn.Module):
         self.o_norm = HeadRMSNorm(value_dim // num_heads)
         self.o_proj = nn.Linear(value_dim, d_model, bias=False)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+        """x (B, L, D) -> (B, L, D), or with ``positions`` (B, K) the outputs at those rows alone, (B, K, D): the
+        output norm (with its gate) and o_proj on those rows; the recurrence still walks every row."""
         B, L, _ = x.shape
         H = self.num_heads
         q = rotary(self.q_proj(x).view(B, L, H, -1))
         k = rotary(self.k_proj(x).view(B, L, H, -1))
         v = self.v_proj(x).view(B, L, H, -1)
         o = retention(q, k, v)
-        o = self.o_norm(o, self.g_proj(x).view(B, L, H, -1))
-        return self.o_proj(o.reshape(B, L, self.value_dim))
+        if positions is not None:
+            o, x = rows_at(o, positions), rows_at(x, positions)
+        o = self.o_norm(o, self.g_proj(x).view(o.shape))
+        return self.o_proj(o.flatten(2))
 
     def state_size(self, seq_len: int) -> int:
         """Values of recurrent state per sequence: H states of (K, V)."""
