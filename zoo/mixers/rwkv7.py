@@ -71,7 +71,7 @@ def default_rank(d_model: int, head_dim: int, scale: float, per_head: bool = Tru
 def recurrence_inputs(proj: torch.Tensor, w_up: torch.Tensor, w_bias: torch.Tensor, a_up: torch.Tensor,
                       a_bias: torch.Tensor, g_up: torch.Tensor, v_first: torch.Tensor | None,
                       v_up: torch.Tensor | None, v_bias: torch.Tensor | None, k_k: torch.Tensor, k_a: torch.Tensor,
-                      r_k: torch.Tensor) -> tuple[torch.Tensor, ...]:
+                      r_k: torch.Tensor, positions: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
     """The recurrence's r, w, k, v, a, b [B, L, H, K] (contiguous), the current token's "bonus" [B, L, H, V] (float32)
     and the output gate g [B, L, D] from the layer's projections of x, ``proj`` [B, L, 3D + R]: the receptance r,
     the key k and the value v, then the down projections of the decay, in-context-learning-rate, gate and (after
@@ -84,11 +84,12 @@ def recurrence_inputs(proj: torch.Tensor, w_up: torch.Tensor, w_bias: torch.Tens
     read, and its gradient half to write); the value mixed towards ``v_first`` by
     sigmoid(up(v_down) + v_bias); iclr = sigmoid(up(a_down) + a_bias); kk, the key scaled by ``k_k`` and normalised
     per head, gives a = -kk and b = kk * iclr; the key is scaled by 1 + (iclr - 1) k_a; the bonus is ((r * k * r_k)
-    summed over K) * v, with that key and value; g = up(sigmoid(g_down)). Compiled, this is one graph from the
-    projections to the recurrence: proj's gradient is written by the kernels that make its parts' gradients (no
-    concatenation of them after), the biases' gradients are sums fused into those kernels, and so is the bonus's
-    part of the key's and the value's gradients, which autograd would otherwise add to the recurrence's in kernels
-    of their own.
+    summed over K) * v, with that key and value; g = up(sigmoid(g_down)). With ``positions`` [B, P] (the last
+    block's labelled rows) the bonus [B, P, H, V] and g [B, P, D] are those rows' alone. Compiled, this is one
+    graph from the projections to the recurrence: proj's gradient is written by the kernels that make its parts'
+    gradients (no concatenation of them after), the biases' gradients are sums fused into those kernels, and so is
+    the bonus's part of the key's and the value's gradients, which autograd would otherwise add to the recurrence's
+    in kernels of their own.
     """
     D = k_k.shape[0]
     H, K = r_k.shape
@@ -104,7 +105,11 @@ def recurrence_inputs(proj: torch.Tensor, w_up: torch.Tensor, w_bias: torch.Tens
     kk = F.normalize((k * k_k).reshape(heads).float(), dim=-1).to(k.dtype)
     k = (k * (1 + (iclr - 1) * k_a)).view(heads)
     r, v = r.reshape(heads), v.reshape(heads)
-    bonus = (r * k * r_k).sum(-1, keepdim=True).float() * v.float()
+    r_out, k_out, v_out = r, k, v
+    if positions is not None:  # the bonus and the gate are read out at those rows alone
+        r_out, k_out, v_out = rows_at(r, positions), rows_at(k, positions), rows_at(v, positions)
+        g_down = rows_at(g_down, positions)
+    bonus = (r_out * k_out * r_k).sum(-1, keepdim=True).float() * v_out.float()
     g = F.linear(torch.sigmoid(g_down), g_up)
     return r.contiguous(), w.to(k.dtype).view(heads), k, v.contiguous(), -kk, kk * iclr.view(heads), bonus, g
 
@@ -203,8 +208,8 @@ class RWKV7(nn.Module):
     def forward(self, x: torch.Tensor, layer_state: dict | None = None,
                 positions: torch.Tensor | None = None) -> torch.Tensor:
         """x (B, L, D) -> (B, L, D), or with ``positions`` (B, K) the outputs at those rows alone, (B, K, D): the
-        read-out (output norm, bonus and gate) and the output projection on those rows; the projections of x and the
-        recurrence still cover every row."""
+        read-out (output norm, bonus and gate, the gate's up projection included) and the output projection on those
+        rows; the projections of x and the recurrence still cover every row."""
         D = x.shape[-1]
         # r, k, v and the LoRAs' down projections, each of its own token-shift mix x + (x_{t-1} - x) * x_*, as one
         # matmul of [x, x_{t-1}] on GPU (the mixes folded into the weights: zoo.kernels.shifted_linear)
@@ -220,12 +225,12 @@ class RWKV7(nn.Module):
                 v_first = layer_state.setdefault("v_first", v_first)
         r, w, k, v, a, b, bonus, g = compiled_in_training(
             RECURRENCE_INPUTS_COMPILED, proj, self.w_lora.up.weight, self.w_lora.bias, self.a_lora.up.weight,
-            self.a_lora.bias, self.g_lora.up.weight, v_first, v_up, v_bias, self.k_k, self.k_a, self.r_k)
+            self.a_lora.bias, self.g_lora.up.weight, v_first, v_up, v_bias, self.k_k, self.k_a, self.r_k, positions)
         if self.v_lora is None and layer_state is not None:
             layer_state["v_first"] = v.view(x.shape)
         o = rwkv7(r, w, k, v, a, b, w_min=-W_SCALE)
         if positions is not None:
-            o, bonus, g = rows_at(o, positions), rows_at(bonus, positions), rows_at(g, positions)
+            o = rows_at(o, positions)
         # the output GroupNorm as a LayerNorm over each head's K values, with the per-channel affine after it (PyTorch's
         # GroupNorm backward for its weight and bias was the slowest kernel of this layer's step on an H100); written
         # in the dtype the output projection reads under autocast (no cast kernel there, none for its input's gradient)
