@@ -89,6 +89,42 @@ def test_steps_time_a_group_beside_one_model_at_its_batch(monkeypatch):
     assert "batchx3 ms" in step_bench.header(3) and len(step_bench.format_row(row).split()) == 11
 
 
+def test_steps_ratio_to_softmax_is_the_median_of_rounds_beside_softmax_s_kept_step(monkeypatch):
+    """A mixer's graphs step is timed in rounds, each right after softmax's kept graphs step: its ratio to softmax is
+    the median of the rounds' ratios, untouched by the GPU's speed changing between rounds (scripted here: each round
+    slower than the last), where the two columns' medians would give another ratio; a mixer timed before softmax
+    gets the medians' ratio."""
+    from zoo.bench import step as step_bench
+
+    cost = {"softmax": 1.0, "early": 2.0, "late": 3.0}  # each step's ms at the GPU's first speed
+    slowdown = [1.0]
+    timed = []
+
+    def make_step(mixer, batch, seq_len, d_model, device, graphs, group=1, **kw):
+        step = (lambda: None)
+        step.mixer, step.graphs, step.group = mixer, graphs, group
+        return step, torch.nn.Linear(2, 2)
+
+    def median_ms(step, device, warmup, iters):
+        if step.mixer == "softmax" and step.graphs:  # a round starts (or softmax's own rounds go on): slower
+            slowdown[0] *= 1.5
+        timed.append((step.mixer, step.graphs, step.group))
+        return cost[step.mixer] * slowdown[0]
+
+    monkeypatch.setattr(step_bench, "make_step", make_step)
+    monkeypatch.setattr(step_bench, "_median_ms", median_ms)
+    monkeypatch.setattr(step_bench, "step_flops", lambda *a, **k: 1.0)
+    early, softmax, late = step_bench.step_times(["early", "softmax", "late"], batch=8, seq_len=16, d_model=16,
+                                                 device="cpu", group=2, warmup=0, iters=1, rounds=3)
+    assert [r["error"] for r in (early, softmax, late)] == [None] * 3
+    assert late["ratio_to_softmax"] == 3.0 and softmax["ratio_to_softmax"] == 1.0
+    assert late["graphs_ms"] / softmax["graphs_ms"] > 3.5  # the medians' ratio, which drifted
+    assert early["ratio_to_softmax"] == early["graphs_ms"] / softmax["graphs_ms"]
+    # late's rounds, before its group's timing: softmax's kept step, then late's, three times
+    group_at = timed.index(("late", True, 2))
+    assert timed[group_at - 6:group_at] == [("softmax", True, 1), ("late", True, 1)] * 3
+
+
 def pretend_gpus(monkeypatch, n: int) -> None:
     """torch.cuda says this machine has ``n`` GPUs."""
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)

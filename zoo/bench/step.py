@@ -9,6 +9,12 @@ the batch: the same examples' work in kernels G times as large, with one set of 
 which no way of training G models side by side (streams, stacked weights, vmap) can undercut by much. Its ratio
 to one run is how cheap a group of G can get at that shape.
 
+The graphs column and its ratio to softmax come from ``rounds`` rounds in turn: softmax's graphed step is kept while
+the others are timed, and each round times ``iters`` steps of softmax, then as many of the mixer; the column is the
+median of the mixer's rounds, the ratio the median of its rounds' ratios to softmax's in the same round. Two
+processes' softmax steps differed by up to 7% on one H100 (1.23 to 1.32 ms): in rounds, a change of the GPU's speed
+between timings reaches both sides of a ratio.
+
 ``TFLOP/s`` is one run's rate with CUDA graphs on the matmuls that have a weight operand (``zoo.bench.flops``,
 counted on a CPU copy of the model): the projections and the head, not the sequence mixing.
 """
@@ -82,20 +88,34 @@ def _median_ms(step, device: torch.device, warmup: int, iters: int) -> float:
     return statistics.median(times)
 
 
+def rounds_ms(step, base, device: torch.device, warmup: int, iters: int, rounds: int) -> tuple[float, float]:
+    """``step``'s median ms over ``rounds`` rounds, each timing ``base`` then ``step`` (``_median_ms``), and the median
+    of its rounds' ratios to ``base``'s (``step`` itself the base: its rounds alone, ratio 1)."""
+    times, ratios = [], []
+    for _ in range(rounds):
+        base_ms = None if base is step else _median_ms(base, device, warmup, iters)
+        times.append(_median_ms(step, device, warmup, iters))
+        ratios.append(1.0 if base_ms is None else times[-1] / base_ms)
+    return statistics.median(times), statistics.median(ratios)
+
+
 def step_times(mixers: list[str], batch: int = 256, seq_len: int = 256, d_model: int = 128,
                device: str | torch.device = "cuda", group: int = 4, warmup: int = 5, iters: int = 20,
-               on_row=None, compile: bool = False) -> list[dict]:
+               on_row=None, compile: bool = False, rounds: int = 5) -> list[dict]:
     """One row per mixer: ms per step eager, with CUDA graphs, for a group of ``group`` models (graphs) and for
-    one model at ``group`` times the batch (``wide_ms``, graphs), the ratio to softmax (graphs; NaN before softmax
-    is timed), params, peak memory, error;
+    one model at ``group`` times the batch (``wide_ms``, graphs), the ratio to softmax (graphs, ``rounds`` rounds in
+    turn with softmax's step once softmax is timed; before, NaN until it is), params, peak memory (beyond what was
+    allocated before: softmax's kept step), error;
     with ``compile``, also ``compile_ms``: the compiled forward replayed from a CUDA graph."""
     device = torch.device(device)
-    rows = []
+    rows, base, paired = [], None, set()  # base: softmax's graphed step, once timed; paired: rows timed beside it
     for mixer in mixers:
         row = {"mixer": mixer, "error": None}
         try:
+            resident = 0
             if device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats(device)
+                resident = torch.cuda.memory_allocated(device)
             step, model = make_step(mixer, batch, seq_len, d_model, device, graphs=False)
             row["eager_ms"] = _median_ms(step, device, warmup, iters)
             row["params"] = sum(p.numel() for p in model.parameters())
@@ -107,12 +127,21 @@ def step_times(mixers: list[str], batch: int = 256, seq_len: int = 256, d_model:
                 release_gpu_memory()  # this step's graphs and their pools go before the next one is recorded
                 return ms
 
-            row["graphs_ms"] = graphed_ms(batch)
+            step = make_step(mixer, batch, seq_len, d_model, device, True)[0]
+            if mixer == "softmax" and base is None:
+                base = step
+            row["graphs_ms"], ratio = rounds_ms(step, base or step, device, warmup, iters, rounds)
+            if base is not None:
+                row["ratio_to_softmax"] = ratio
+                paired.add(len(rows))
+            del step
+            release_gpu_memory()
             row["group_ms"] = graphed_ms(batch, group)
             row["wide_ms"] = graphed_ms(group * batch)
             if compile:
                 row["compile_ms"] = graphed_ms(batch, compile_=True)
-            row["peak_gb"] = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else float("nan")
+            row["peak_gb"] = ((torch.cuda.max_memory_allocated(device) - resident) / 2**30 if device.type == "cuda"
+                              else float("nan"))
         except Exception as e:  # noqa: BLE001 - one broken mixer must not hide the others' timings
             row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
         for key in ("eager_ms", "graphs_ms", "group_ms", "wide_ms", "peak_gb", "step_flops") + (("compile_ms",) if compile else ()):
@@ -120,9 +149,10 @@ def step_times(mixers: list[str], batch: int = 256, seq_len: int = 256, d_model:
         row.setdefault("params", 0)
         rows.append(row)
         release_gpu_memory()
-        base = next((r["graphs_ms"] for r in rows if r["mixer"] == "softmax"), float("nan"))
-        for r in rows:
-            r["ratio_to_softmax"] = r["graphs_ms"] / base
+        softmax_ms = next((r["graphs_ms"] for r in rows if r["mixer"] == "softmax"), float("nan"))
+        for i, r in enumerate(rows):  # the rows not timed beside softmax's step: their medians' ratio
+            if i not in paired:
+                r["ratio_to_softmax"] = r["graphs_ms"] / softmax_ms
         if on_row is not None:
             on_row(row)
     return rows
@@ -152,6 +182,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--d-model", type=int, default=128)
     parser.add_argument("--group", type=int, default=4, help="models in the group column")
     parser.add_argument("--iters", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=5, help="rounds of the graphs column, each beside softmax's")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--compile", action="store_true", help="add a column: torch.compile'd forward + CUDA graph")
     args = parser.parse_args(argv)
@@ -160,11 +191,12 @@ def main(argv: list[str] | None = None) -> None:
         mixers = ["softmax", *(m for m in mixers if m != "softmax")]
     name = torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu"
     print(f"{name}: B={args.batch} N={args.seq_len} d_model={args.d_model}, one training step (zoo.step.TrainStep), "
-          f"bf16 autocast on CUDA, median of {args.iters}; group{args.group} = {args.group} models in one step, "
+          f"bf16 autocast on CUDA, median of {args.iters} (graphs: of {args.rounds} rounds of {args.iters}, each "
+          f"beside softmax's); group{args.group} = {args.group} models in one step, "
           f"batchx{args.group} = one model at {args.group} times the batch")
     print(header(args.group) + (f" {'compile+graph':>12}" if args.compile else ""), flush=True)
     step_times(mixers, args.batch, args.seq_len, args.d_model, args.device, args.group, iters=args.iters,
-               on_row=lambda row: print(format_row(row), flush=True), compile=args.compile)
+               on_row=lambda row: print(format_row(row), flush=True), compile=args.compile, rounds=args.rounds)
 
 
 if __name__ == "__main__":
