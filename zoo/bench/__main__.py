@@ -105,13 +105,13 @@ def main(argv: list[str] | None = None) -> int:
         from zoo.bench.step import format_row, header, step_times
 
         batch, n, d = map(int, args.step_shape.split(","))
-        rounds = 5 if cuda else 1
-        print(f"one training step, B={batch} N={n} d_model={d}, bf16 on CUDA, median of 20 (graphs: of {rounds} "
-              "rounds of 20, each beside softmax's)", flush=True)
+        iters, rounds = (20, 5) if cuda else (2, 1)
+        print(f"one training step, B={batch} N={n} d_model={d}, bf16 on CUDA, median of {iters} (graphs: of {rounds} "
+              f"rounds of {iters}, each beside softmax's)", flush=True)
         print(header(), flush=True)
         extra = [] if args.mixers else [m for m in ("mamba2", "rwkv7") if m not in mixers]  # beyond the paper grid
         rows = step_times(mixers + extra, batch, n, d,
-                          "cuda" if cuda else "cpu", iters=20 if cuda else 2, warmup=5 if cuda else 1,
+                          "cuda" if cuda else "cpu", iters=iters, warmup=5 if cuda else 1,
                           on_row=lambda row: print(format_row(row), flush=True), rounds=rounds)
         out["steps"] = rows
 

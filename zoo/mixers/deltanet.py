@@ -25,9 +25,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from zoo.kernels.delta_rule import delta_rule
-from zoo.kernels.rows import rows_at
 from zoo.errors import ConfigError
-from zoo.mixers.linear_blocks import HeadRMSNorm, check_num_heads, expanded_dim
+from zoo.mixers.linear_blocks import HeadRMSNorm, check_num_heads, expanded_dim, gated_read_out
 from zoo.mixers.registry import register_mixer
 from zoo.mixers.short_conv import ShortConv
 
@@ -80,11 +79,7 @@ class DeltaRuleLayer(nn.Module):
         v = self.v_conv(self.v_proj(x)).view(B, L, H, -1)
         beta = torch.sigmoid(self.b_proj(x).float()) * (2 if self.negative_eigenvalues else 1)
         o = delta_rule(q, k, v, beta, self.log_decay(x), l2norm_qk=True)
-        if positions is not None:
-            o, x = rows_at(o, positions), rows_at(x, positions)
-        gate = None if self.g_proj is None else self.g_proj(x).view(o.shape)
-        o = self.o_norm(o, gate)
-        return self.o_proj(o.flatten(2))
+        return gated_read_out(o, x, positions, self.o_norm, self.g_proj, self.o_proj)
 
     def state_size(self, seq_len: int) -> int:
         """Values of recurrent state per sequence: H states of (K, V) plus the q, k, v conv windows."""

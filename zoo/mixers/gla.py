@@ -17,9 +17,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from zoo.kernels.gla import gla
-from zoo.kernels.rows import rows_at
 from zoo.errors import ConfigError
-from zoo.mixers.linear_blocks import HeadRMSNorm, check_num_heads, expanded_dim
+from zoo.mixers.linear_blocks import HeadRMSNorm, check_num_heads, expanded_dim, gated_read_out
 from zoo.mixers.registry import register_mixer
 
 
@@ -69,11 +68,7 @@ class GatedLinearAttention(nn.Module):
         k = self.k_proj(x).view(B, L, H, -1)
         v = self.v_proj(x).view(B, L, H, -1)
         gk = (F.logsigmoid(self.gk_proj(x).float()) / self.gate_logit_normalizer).view(B, L, H, -1)
-        o = gla(q, k, v, gk)
-        if positions is not None:
-            o, x = rows_at(o, positions), rows_at(x, positions)
-        o = self.o_norm(o, self.g_proj(x).view(o.shape))
-        return self.o_proj(o.flatten(2))
+        return gated_read_out(gla(q, k, v, gk), x, positions, self.o_norm, self.g_proj, self.o_proj)
 
     def state_size(self, seq_len: int) -> int:
         """Values of recurrent state per sequence: H states of (K, V)."""

@@ -1,7 +1,8 @@
 """Pieces shared by the linear-attention mixers that follow flash-linear-attention's layers.
 
 Used by ``gla``, ``retnet``, ``hgrn2``, ``deltanet`` and ``gated_deltanet``: the checked split of an
-expanded width into heads, and fla's output normalization (``RMSNorm`` / ``FusedRMSNormGated``).
+expanded width into heads, fla's output normalization (``RMSNorm`` / ``FusedRMSNormGated``), and the read-out of
+the recurrence's output through it (at the last block's labelled rows alone where asked).
 """
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from torch import nn
 
 from zoo.errors import ConfigError
 from zoo.kernels.layer_norm import rms_norm
+from zoo.kernels.rows import rows_at
 
 
 def check_num_heads(num_heads: int) -> None:
@@ -40,3 +42,15 @@ class HeadRMSNorm(nn.Module):
 
     def forward(self, o: torch.Tensor, gate: torch.Tensor | None = None) -> torch.Tensor:
         return rms_norm(o, self.weight, self.eps, gate, out_dtype=o.dtype)
+
+
+def gated_read_out(o: torch.Tensor, x: torch.Tensor, positions: torch.Tensor | None, norm: HeadRMSNorm,
+                   gate: nn.Linear | None, out: nn.Linear) -> torch.Tensor:
+    """``out(norm(o, gate(x)))``: the recurrence's output o [B, L, H, V] normed per head (times swish of the gate's
+    projection of the layer's input x [B, L, D], if a gate is given) and projected -> [B, L, D]; with ``positions``
+    [B, K], at those rows alone -> [B, K, D] (the same numbers as the full read-out's rows)."""
+    if positions is not None:
+        o = rows_at(o, positions)
+        x = x if gate is None else rows_at(x, positions)
+    o = norm(o, None if gate is None else gate(x).view(o.shape))
+    return out(o.flatten(2))

@@ -17,8 +17,7 @@ from torch import nn
 
 from zoo.kernels.retention import retention
 from zoo.errors import ConfigError
-from zoo.kernels.rows import rows_at
-from zoo.mixers.linear_blocks import HeadRMSNorm, check_num_heads, expanded_dim
+from zoo.mixers.linear_blocks import HeadRMSNorm, check_num_heads, expanded_dim, gated_read_out
 from zoo.mixers.registry import register_mixer
 
 
@@ -70,11 +69,7 @@ class MultiScaleRetention(nn.Module):
         q = rotary(self.q_proj(x).view(B, L, H, -1))
         k = rotary(self.k_proj(x).view(B, L, H, -1))
         v = self.v_proj(x).view(B, L, H, -1)
-        o = retention(q, k, v)
-        if positions is not None:
-            o, x = rows_at(o, positions), rows_at(x, positions)
-        o = self.o_norm(o, self.g_proj(x).view(o.shape))
-        return self.o_proj(o.flatten(2))
+        return gated_read_out(retention(q, k, v), x, positions, self.o_norm, self.g_proj, self.o_proj)
 
     def state_size(self, seq_len: int) -> int:
         """Values of recurrent state per sequence: H states of (K, V)."""
