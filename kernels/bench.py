@@ -17,8 +17,9 @@ conv against PyTorch's grouped conv1d, Hyena's gated long conv fused around its 
 composition, and the training loss (cross-entropy over the vocabulary at the labelled rows) against PyTorch's and
 fla's fused one, the tied head and that loss as one op against the two apart, the residual stream's LayerNorm and
 the residual add fused into it against PyTorch's, causal softmax attention past the fused kernels' head dims (the
-dense form) against SDPA, a biased projection (its forward a streaming Triton matmul, its bias gradient a Triton
-column sum) against ``F.linear``, attention's q, k, v projection with its parts' gradients packed in one pass against
+dense form) against SDPA, attention from the labelled rows (zoo's Triton kernels) against SDPA with a mask, a
+biased projection (its forward a streaming Triton matmul, its bias gradient a Triton column sum) against
+``F.linear``, attention's q, k, v projection with its parts' gradients packed in one pass against
 the projection viewed and unbound, and three timed from a CUDA graph of many calls as in a training step: RWKV-7's
 projections of its token-shift mixes folded into one matmul against the mixes made first, the embedding's weight
 gradient against PyTorch's, and the column sums' last step (``sum_rows`` of the per-program partial sums) against
@@ -29,7 +30,8 @@ PyTorch's ``sum``.
         --selective-scan 256,256,256,16 --ssd 256,256,4,64,128 --wkv4 256,256,128 \
         128,512,512 --short-conv 256,256,384,3 --gated-long-conv 256,256,128 128,512,64 --cross-entropy 4096,8192 \
         --linear-cross-entropy 4096,128,8192 --layer-norm 65536,128 --linear 65536,128,384 \
-        --head-parts 256,256,128,1 128,512,512,8 --softmax-attention 128,512,1,512 \
+        --head-parts 256,256,128,1 128,512,512,8 --softmax-attention 128,512,1,512 256,256,1,256 \
+        --attention-rows 256,256,16,1,128 256,256,16,2,64 \
         --shifted-linear 256,256,128,160 128,512,512,288 --embedding 256,256,128 128,512,512 \
         --sum-rows 1,176,384 2,528,128 1,1024,1536
 
@@ -45,7 +47,7 @@ import torch
 import torch.nn.functional as F
 
 from zoo.kernels import delta_rule as delta_rule_op
-from zoo.kernels.attention import softmax_attention
+from zoo.kernels.attention import attention_at_rows, softmax_attention
 from zoo.kernels import rwkv7 as rwkv7_op
 from zoo.kernels.cross_entropy import cross_entropy
 from zoo.kernels.layer_norm import add_layer_norm, layer_norm
@@ -604,6 +606,22 @@ def softmax_attention_rows(B, N, H, D, dropout_p=0.1):
             for p in (dropout_p, 0.0) for name in ("sdpa", "dense")}
 
 
+def attention_at_rows_rows(B, L, K, H, D, dropout_p=0.1):
+    """{name: (fwd ms, fwd+bwd ms)} of attention from K labelled rows of each sequence against its L keys (the last
+    block of an attention model), bf16, q [B, K, H, D] and k, v views of one [B, L, 3, H, D] projection, with
+    attention dropout ``dropout_p`` (softmax's in training) and without: zoo's Triton kernels and the reference
+    (SDPA's masked kernel: cuDNN on an H100)."""
+    dev = "cuda"
+    torch.manual_seed(0)
+    q = torch.randn(B, K, H, D, device=dev, dtype=torch.bfloat16, requires_grad=True)
+    packed = torch.randn(B, L, 3, H, D, device=dev, dtype=torch.bfloat16, requires_grad=True)
+    positions = torch.rand(B, L, device=dev).argsort(1)[:, :K].sort(1).values
+    grad = torch.randn(B, K, H, D, device=dev, dtype=torch.bfloat16)
+    return {f"{name}, dropout {p}": timed_pair(lambda: attention_at_rows(
+        q, packed[:, :, 1], packed[:, :, 2], positions, dropout_p=p, backend=name), grad, (q, packed))
+        for p in (dropout_p, 0.0) for name in ("triton", "naive")}
+
+
 def linear_rows(M, K, N):
     """{name: (fwd ms, fwd+bwd ms)}, timed in a CUDA graph, of a biased projection of bf16 x [M, K] (as a norm writes
     it) -> [M, N] under bf16 autocast: ours (the forward ``forward.project``'s, the bias gradient a Triton column sum)
@@ -799,6 +817,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     section("--softmax-attention", nargs="*", type=shape_of("B,N,H,D"),
             default=[(128, 512, 1, 512), (256, 256, 1, 256)],
             help="causal softmax attention shapes B,N,H,D: SDPA against the dense form")
+    section("--attention-rows", nargs="*", type=shape_of("B,L,K,H,D"),
+            default=[(256, 256, 16, 1, 128), (256, 256, 16, 2, 64)],
+            help="attention from K labelled rows, B,L,K,H,D: zoo's Triton kernels against SDPA with a mask")
     section("--linear", nargs="*", type=shape_of("M,K,N"), default=[(65536, 128, 384), (65536, 128, 128)],
             help="biased projection shapes M,K,N (rows, in, out)")
     section("--linear-cross-entropy", nargs="*", type=shape_of("R,D,V"), default=[(4096, 128, 8192)],
@@ -893,6 +914,9 @@ def main(argv: list[str] | None = None):
     for B, N, H, D in filter(None, args.softmax_attention):
         print(f"\ncausal softmax attention, B={B} N={N} H={H} D={D}, bf16")
         print_pairs(softmax_attention_rows(B, N, H, D))
+    for B, L, K, H, D in filter(None, args.attention_rows):
+        print(f"\nattention from {K} labelled rows of each sequence, B={B} L={L} H={H} D={D}, bf16")
+        print_pairs(attention_at_rows_rows(B, L, K, H, D))
     for M, K, N in filter(None, args.linear):
         print(f"\nbiased projection [{M}, {K}] -> [{M}, {N}], bf16 x, bf16 autocast, in a CUDA graph")
         print_pairs(linear_rows(M, K, N))

@@ -4,6 +4,7 @@ every parameter's gradient, on the reference norms and on the Triton ones (inter
 matmul write autocast's dtype, and the last block and the final norm run on the labelled rows alone: the same numbers
 again (to rounding where a matmul sums fewer rows)."""
 import copy
+import functools
 
 import pytest
 import torch
@@ -133,12 +134,12 @@ def test_the_triton_norms_pick_the_last_block_s_rows_as_the_reference_norms_do(m
 
 @pytest.fixture
 def picked(monkeypatch) -> list[int]:
-    """The number of keys L of every attention from the labelled rows alone, in order (``MultiHeadMixer.visible_at``
-    builds each one's mask: softmax's and swa's ``attend_at``, GatedFWA's picked forward)."""
+    """The number of keys L of every attention from the labelled rows alone, in order (``MultiHeadMixer.attend_at``:
+    softmax's, swa's and GatedFWA's picked forward)."""
     calls = []
-    visible_at = MultiHeadMixer.visible_at
-    monkeypatch.setattr(MultiHeadMixer, "visible_at", lambda self, positions, keys: calls.append(keys) or
-                        visible_at(self, positions, keys))
+    attend_at = MultiHeadMixer.attend_at
+    monkeypatch.setattr(MultiHeadMixer, "attend_at", lambda self, q, k, *args: calls.append(k.shape[1]) or
+                        attend_at(self, q, k, *args))
     return calls
 
 
@@ -193,6 +194,29 @@ def test_recurrent_and_conv_mixers_project_the_labelled_rows_alone(mixer, projec
         torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-12)
 
 
+@pytest.mark.parametrize("mixer, kwargs", [("softmax", {}), ("swa", {"window": 5}), ("gatedfwa", {"window": 5})])
+def test_attention_from_the_labelled_rows_through_the_triton_kernels_follows_the_reference(monkeypatch, mixer,
+                                                                                           kwargs):
+    """The model's last block through ``attention_at_rows``' Triton kernels (interpreted, float32: q at the rows from
+    ``head_parts``, k and v its strided views, GatedFWA's decay as a key bias) gives the logits and every gradient of
+    its reference path (SDPA or the dense form with a mask)."""
+    from zoo.kernels import attention as attention_op
+    from zoo.mixers import attention as attention_mixers
+    torch.manual_seed(0)
+    model = LanguageModel(40, 32, n_layers=2, mixer=mixer, mixer_kwargs=kwargs, max_seq_len=32, dropout=0.0)
+    ids = torch.randint(0, 40, (3, 32))
+    positions = torch.tensor([[3, 7, 15, 31, 0], [24, 25, 26, 30, 31], [0, 1, 2, 9, 17]])
+    want = logits_and_grads(model, lambda m, i, p: m(i, p), ids, positions, False)
+    assert backend.last_backend("attention_rows") == "naive"
+    monkeypatch.setattr(attention_mixers, "attention_at_rows",
+                        functools.partial(attention_op.attention_at_rows, backend="triton"))
+    got = logits_and_grads(model, lambda m, i, p: m(i, p), ids, positions, False)
+    assert backend.last_backend("attention_rows") == "triton"
+    assert len(got) == len(want) > 1
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5 * float(b.abs().max()))
+
+
 def test_attention_dropout_applies_to_the_labelled_rows_queries():
     torch.manual_seed(0)
     model = LanguageModel(40, 32, n_layers=1, mixer="softmax", max_seq_len=32, dropout=0.5)
@@ -206,11 +230,12 @@ def test_attention_dropout_applies_to_the_labelled_rows_queries():
 @pytest.mark.parametrize("mixer, d_model, kwargs", [("softmax", 128, {}), ("swa", 128, {}), ("gatedfwa", 128, {}),
                                                     ("softmax", 512, {"num_heads": 1})])
 def test_gpu_last_block_at_the_labelled_rows_follows_the_full_forward(picked, mixer, d_model, kwargs):
-    """On a GPU under bf16 autocast (training's path: SDPA's masked attention from 16 of 256 queries, the full forward's
-    cuDNN or Triton attention; zoo's dense attention at one head of 512, and for GatedFWA's labelled rows with their
-    decay bias), to bf16's rounding: logits and every parameter's gradient are as far from the float32 full forward
-    as the bf16 full forward's are, at most twice (GatedFWA's gate bias gradient sums terms that cancel: under bf16
-    both forwards are off by tens of percent in the first layer, measured on a CPU)."""
+    """On a GPU under bf16 autocast (training's path: zoo's Triton attention from 16 of 256 queries, GatedFWA's with
+    its decay as a key bias, the full forward's cuDNN or Triton attention; past head dim 256, one head of 512, the
+    masked reference through zoo's dense attention), to bf16's rounding: logits and every parameter's gradient are as
+    far from the float32 full forward as the bf16 full forward's are, at most twice (GatedFWA's gate bias gradient
+    sums terms that cancel: under bf16 both forwards are off by tens of percent in the first layer, measured on a
+    CPU)."""
     torch.manual_seed(0)
     model = LanguageModel(512, d_model, n_layers=2, mixer=mixer, mixer_kwargs=kwargs, max_seq_len=256,
                           dropout=0.0).cuda()
@@ -220,8 +245,9 @@ def test_gpu_last_block_at_the_labelled_rows_follows_the_full_forward(picked, mi
     backend.clear()
     with torch.autocast("cuda", dtype=torch.bfloat16):
         got = logits_and_grads(model, lambda m, i, p: m(i, p), ids, positions, False)
-        dense = d_model == 512 or mixer == "gatedfwa"
-        assert backend.last_backend("attention") == ("dense" if dense else "sdpa")  # the picked rows' call
+        wide = d_model == 512  # the picked rows' call:
+        assert backend.last_backend("attention_rows") == ("naive" if wide else "triton")
+        assert backend.last_backend("attention") == ("dense" if wide else "sdpa" if mixer == "softmax" else None)
         want = logits_and_grads(model, lambda m, i, p: rows_at(m(i), p), ids, positions, False)
     assert picked == [256]
     assert_as_close_as_the_full_bf16_forward(got, want, exact)

@@ -19,6 +19,8 @@ from zoo.kernels.bench import main, parse_args
                                                  "R,D,V"),
                                                 (["--softmax-attention", "128,512,1"], "--softmax-attention",
                                                  "B,N,H,D"),
+                                                (["--attention-rows", "256,256,16,1"], "--attention-rows",
+                                                 "B,L,K,H,D"),
                                                 (["--sum-rows", "176,384"], "--sum-rows", "G,P,N"),
                                                 (["--ssd", "256,256,4,64"], "--ssd", "B,L,H,P,N"),
                                                 (["--wkv4", "256,256"], "--wkv4", "B,L,C"),

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from zoo.kernels.attention import softmax_attention
+from zoo.kernels.attention import attention_at_rows, softmax_attention
 from zoo.kernels.gatedfwa import gated_window_attention
 from zoo.kernels.linear import Linear, head_parts
 from zoo.kernels.rows import rows_at
@@ -34,6 +34,7 @@ class MultiHeadMixer(nn.Module):
     input_feeds_one_matmul = True  # x reaches the qkv projection alone (a subclass whose attend reads x says False)
     outputs_at_positions = True  # forward(x, positions) attends from those queries alone (``attend_at``)
     attention_dropout = 0.0  # dropout on the attention probabilities in training (``attend_at`` applies it)
+    window: int | None = None  # keys a query sees, itself included (None: every earlier key)
 
     def __init__(self, d_model: int, layer_idx: int = 0, max_seq_len: int = 2048, num_heads: int = 2,
                  bias: bool = True, positions: str = "learned"):
@@ -74,26 +75,15 @@ class MultiHeadMixer(nn.Module):
     def attend(self, q, k, v, x):  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def visible(self, query: torch.Tensor, key: torch.Tensor) -> torch.Tensor:  # pragma: no cover - abstract
-        """Whether the query at position ``query`` sees the key at ``key`` (broadcast int64 tensors -> bool)."""
-        raise NotImplementedError
-
-    def attend_at(self, q, k, v, positions):
+    def attend_at(self, q, k, v, positions, key_bias=None):
         """The queries at ``positions`` (B, K) alone: o (B, K, H, D/H) from their q (B, K, H, D/H) and k, v (B, L, H,
-        D/H), through ``zoo.kernels.attention.softmax_attention`` with the mask ``visible`` gives (at MQAR's K = L /
-        16, a sixteenth of the causal attention's work).
-
-        Up to head dim 256 SDPA picks its kernel (cuDNN's masked one on an H100). Its math form, tried for so few
-        queries, made softmax slower, not faster (two H100s of one session, B=256, L=256, K=16): a training step 1.94
-        against 1.46 ms (two heads of 64), the figure-2 epoch 0.675 against 0.549 s (one head of 128)."""
-        mask = self.visible_at(positions, k.shape[1])
-        o = softmax_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), mask,
-                              dropout_p=self.attention_dropout if self.training else 0.0)
-        return o.transpose(1, 2)
-
-    def visible_at(self, positions: torch.Tensor, keys: int) -> torch.Tensor:
-        """(B, 1, K, keys) bool: whether the query at each of ``positions`` (B, K) sees each key (``visible``)."""
-        return self.visible(positions[:, None, :, None], torch.arange(keys, device=positions.device))
+        D/H), through ``zoo.kernels.attention.attention_at_rows``: each query sees the keys up to its position (within
+        ``window`` where set), ``key_bias`` (B, L, H) is added to key j's logits (GatedFWA's decay), and the
+        attention dropout applies in training. At MQAR's K = L / 16 that is a sixteenth of the causal attention's
+        work; on a GPU it runs as one Triton program per sequence and head, where SDPA's masked kernel took as long as
+        the full causal attention (``zoo/kernels/attention/at_rows.py``)."""
+        return attention_at_rows(q, k, v, positions, self.window, key_bias,
+                                 self.attention_dropout if self.training else 0.0)
 
 
 @register_mixer("softmax")
@@ -117,9 +107,6 @@ class SoftmaxAttention(MultiHeadMixer):
         o = softmax_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
                               dropout_p=self.attention_dropout if self.training else 0.0)
         return o.transpose(1, 2)
-
-    def visible(self, query, key):
-        return key <= query
 
     def state_size(self, seq_len: int) -> int:
         """Values cached after ``seq_len`` tokens: keys and values, 2 * L * D."""
@@ -146,9 +133,6 @@ class SlidingWindowAttention(MultiHeadMixer):
 
     def attend(self, q, k, v, x):
         return gated_window_attention(q, k, v, None, self.window)
-
-    def visible(self, query, key):
-        return (key <= query) & (key > query - self.window)
 
     def state_size(self, seq_len: int) -> int:
         """Values cached after ``seq_len`` tokens: keys and values of the last ``window`` tokens."""

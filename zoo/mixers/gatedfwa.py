@@ -40,7 +40,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from zoo.kernels.attention import softmax_attention
 from zoo.kernels.gatedfwa import gate_cumsum, gated_window_attention
 from zoo.kernels.layer_norm import RMSNorm
 from zoo.kernels.linear import Linear
@@ -136,9 +135,9 @@ class GatedFWA(SlidingWindowAttention):
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
         """x (B, L, D) -> (B, L, D), or with ``positions`` (B, K) the outputs at those rows alone, (B, K, D) (the
-        model's last block): those K queries attend through ``softmax_attention`` with the window as a mask and the
-        decay as a logit bias (-u_j: the query's own u_i shifts its whole softmax row, which changes nothing); the
-        output gate and the output projection run on K rows.
+        model's last block): those K queries attend through ``attend_at`` (``attention_at_rows``) within the window,
+        with the decay as a bias of each key's logits (-u_j: the query's own u_i shifts its whole softmax row, which
+        changes nothing); the output gate and the output projection run on K rows.
 
         Every projection of x (q, k, v; the gate and its temperature; the output gate; the token shifts' mixes) is
         one ``linear_parts`` call: x cast once, its gradient summed inside the matmuls."""
@@ -165,10 +164,8 @@ class GatedFWA(SlidingWindowAttention):
             o = gated_window_attention(q, k, v, u, self.window)
         else:
             q, k, z = self.q_norm(rows_at(q, positions)), self.k_norm(k), z if z is None else rows_at(z, positions)
-            # the decay u_i - u_j without u_i, which is constant along a query's softmax row: (B, H, 1, L)
-            bias = None if u is None else -u.transpose(1, 2)[:, :, None, :]
-            o = softmax_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-                                  self.visible_at(positions, L), bias).transpose(1, 2)
+            # the decay u_i - u_j without u_i, which is constant along a query's softmax row
+            o = self.attend_at(q, k, v, positions, None if u is None else -u)
         if z is not None:
             o = self.o_norm(o, z.view_as(o))  # RMSNorm_head(o) * silu(x W_z), one fused call
         return self.out_proj(o.flatten(2))
