@@ -28,7 +28,6 @@ from zoo.kernels.backend import not_compiled
 from zoo.kernels.layout import last_dim_contiguous
 
 
-
 @triton.jit
 def _kept(SEED, bh, rows, keys, M, N, p):
     """Whether dropout keeps each score of the [BLOCK_M, BLOCK_N] tile of program ``bh``: a uniform draw of the

@@ -21,6 +21,7 @@ import pytest
 import torch
 
 from zoo.kernels import backend as kernel_backend
+from zoo.kernels.attention import attention_at_rows
 from zoo.kernels.cross_entropy import cross_entropy
 from zoo.kernels.embedding import embedding_dropout
 from zoo.kernels.layer_norm import embedding_layer_norm
@@ -158,6 +159,14 @@ def test_every_launched_triton_kernel_compiles_for_sm90(monkeypatch):
                 total, y = embedding_layer_norm(ids, table, update, gain, shift, backend="triton")
             (total.sum() + y.float().sum()).backward()
         embedding_dropout(ids, table, update, 0.1, backend="triton").sum().backward()
+    # attention from the labelled rows, which the model above did not ask for (no positions): causal with dropout,
+    # and windowed with a key bias (GatedFWA's), float32 and bf16
+    positions = torch.tensor([[3, 9, 15], [0, 7, 12]])
+    for dtype in (torch.float32, torch.bfloat16):
+        q, k, v = (torch.randn(*s).to(dtype).requires_grad_() for s in ((2, 3, 2, 16), (2, 16, 2, 16), (2, 16, 2, 16)))
+        key_bias = torch.randn(2, 16, 2).requires_grad_()
+        attention_at_rows(q, k, v, positions, dropout_p=0.1, backend="triton").float().sum().backward()
+        attention_at_rows(q, k, v, positions, 5, key_bias, backend="triton").float().sum().backward()
     assert {s["module"] for s in specs} == kernel_modules()  # every kernel module ran (a new one needs a driver)
     unique = list({json.dumps(s, sort_keys=True): s for s in specs}.values())
     done = subprocess.run([sys.executable, "-c", COMPILE], input=json.dumps(unique), capture_output=True, text=True,
