@@ -98,7 +98,7 @@ def attention_at_rows(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, positio
     """
     check_backend(backend, ROWS_BACKENDS)
     B, K, H, D = q.shape
-    if positions.shape != (B, K) or k.shape[::2] != (B, H) or k.shape[3] != D or v.shape != k.shape:
+    if positions.shape != (B, K) or k.dim() != 4 or k.shape[0] != B or k.shape[2:] != (H, D) or v.shape != k.shape:
         raise ValueError(f"attention_at_rows: q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)} and "
                          f"positions {tuple(positions.shape)} are not valid: expected q (B, K, H, D), k and v "
                          "(B, L, H, D), positions (B, K)")
@@ -106,10 +106,9 @@ def attention_at_rows(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, positio
         raise ValueError(f"attention_at_rows: window={window!r} is not valid: expected None or an integer >= 1")
     if not 0 <= dropout_p < 1:
         raise ValueError(f"attention_at_rows: dropout_p={dropout_p!r} is not valid: expected a probability in [0, 1)")
-    # dropout's mask is drawn by each score's flat index, an int32
     fits = (rows_fit(K, D) and q.dtype == k.dtype == v.dtype and q.dtype in (torch.bfloat16, torch.float16,
                                                                              torch.float32)
-            and (dropout_p == 0 or B * H * K * k.shape[1] < 2 ** 31))
+            and (dropout_p == 0 or B * H * K * k.shape[1] < 2 ** 31))  # dropout draws by each score's int32 index
     fast = recorded_path("attention_rows", backend if fits or backend != "auto" else NAIVE, "triton",
                          "zoo.kernels.attention.at_rows", q,
                          "attention from the labelled rows on GPU (falls back to softmax_attention with a mask)")
