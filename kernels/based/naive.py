@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import torch
 
+from zoo.kernels.attention import causal_mask, visible_keys
+
 EPS = 1e-12  # Zoology's; the normalizer is >= 1/2 per visible key, so it only guards an empty sum
 
 
@@ -29,12 +31,10 @@ def based_naive(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tens
     q, k: (B, L, H, F); v: (B, L, H, Dv) -> (B, L, H, Dv).
     """
     L = q.shape[1]
-    causal = torch.ones(L, L, dtype=torch.bool, device=q.device).tril()
-    return taylor_average(q, k, v, causal).to(v.dtype)
+    return taylor_average(q, k, v, causal_mask(L, L, q.device)).to(v.dtype)
 
 
 def based_naive_at(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
     """The outputs at ``positions`` alone: q (B, K, H, F) the queries at those rows, k (B, L, H, F), v (B, L, H, Dv),
     positions (B, K) int64 -> (B, K, H, Dv), each query seeing the keys at or before its row."""
-    visible = positions[:, None, :, None] >= torch.arange(k.shape[1], device=k.device)
-    return taylor_average(q, k, v, visible).to(v.dtype)
+    return taylor_average(q, k, v, visible_keys(positions, k.shape[1])).to(v.dtype)
